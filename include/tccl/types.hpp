@@ -1,0 +1,71 @@
+// Public value types: element types, reduction ops, algorithms, deadlines.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tccl {
+
+// Element types a collective can carry. The numeric values are part of the wire
+// fingerprint: append only, never renumber.
+enum class DataType : uint8_t {
+  Float32 = 0,
+  Float64 = 1,
+  Int32 = 2,
+  Int64 = 3,
+};
+
+// Reductions. Avg is defined as: Sum over all ranks, then divide by the world size,
+// once, at the end. For floating types that is a true division; for integer types it
+// is C++ integer division, which rounds toward zero (-7 / 2 == -3).
+enum class ReduceOp : uint8_t {
+  Sum = 0,
+  Prod = 1,
+  Min = 2,
+  Max = 3,
+  Avg = 4,
+};
+
+// All-reduce algorithms. Auto asks the cost model (see docs/algorithms.md).
+enum class Algorithm : uint8_t {
+  Auto = 0,
+  Ring = 1,
+  Naive = 2,
+};
+
+size_t dataTypeSize(DataType t);
+std::string_view toString(DataType t);
+std::string_view toString(ReduceOp op);
+std::string_view toString(Algorithm a);
+// Parsers accept the names printed by toString and common aliases ("float", "double",
+// "fp32", "f64", "int", "long", ...). They return nullopt for anything else.
+std::optional<DataType> parseDataType(std::string_view s);
+std::optional<ReduceOp> parseReduceOp(std::string_view s);
+std::optional<Algorithm> parseAlgorithm(std::string_view s);
+
+// Deadlines, not durations: every blocking wait takes one of these, computed once
+// per call. Deadline::never() is the single "no timeout" sentinel.
+class Deadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+  static Deadline after(std::chrono::milliseconds timeout) {
+    if (timeout.count() < 0) return never();
+    return Deadline(Clock::now() + timeout);
+  }
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+  bool isNever() const { return at_ == Clock::time_point::max(); }
+  bool expired() const { return !isNever() && Clock::now() >= at_; }
+  // Milliseconds left, clamped to [0, INT32_MAX]; -1 when never (poll(2) convention).
+  int pollTimeoutMs() const;
+  Clock::time_point at() const { return at_; }
+
+ private:
+  Clock::time_point at_;
+};
+
+}  // namespace tccl

@@ -1,0 +1,71 @@
+// Schedules are data: an algorithm is a function (rank, world, count, segment) ->
+// Schedule, a list of sends and receives over element ranges. No sockets here. The
+// same schedule is run by the executor (src/exec), summed for byte accounting, and
+// read by error messages ("ring reduce-scatter step 3/7").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/chunking.hpp"
+
+namespace tccl::algo {
+
+enum class BufferId : uint8_t { Input, Output };
+enum class OpType : uint8_t { Send, Recv };
+enum class RecvAction : uint8_t {
+  Copy,    // the payload lands directly in Output[range]
+  Reduce,  // Output[range] = operand[range] op payload, operand = `buffer`
+};
+
+struct Op {
+  OpType type = OpType::Send;
+  int peer = -1;
+  uint32_t step = 0;          // global step number, carried in the message header
+  Range range;                // elements
+  BufferId buffer = BufferId::Input;  // Send: the source. Recv+Reduce: the operand.
+  RecvAction action = RecvAction::Copy;
+  // Index of an op that must complete first. A send does not start before it; a
+  // receive may land its payload but does not apply its action before it.
+  int32_t dependsOn = -1;
+  bool thenSelf = false;  // after the action: Output[range] = Output[range] op Input[range]
+  bool finalize = false;  // after everything: the range is final (Avg divides here)
+};
+
+struct Phase {
+  std::string name;   // "reduce-scatter"
+  uint32_t firstStep = 0;
+  uint32_t steps = 0;
+};
+
+struct Schedule {
+  std::string algorithm;
+  std::vector<Op> ops;
+  std::vector<Phase> phases;
+  std::vector<int> peers;  // distinct peers, ascending
+  // A rank with no receive that finalizes some range (world 1) is handled by the
+  // communicator, not the schedule.
+
+  // Payload bytes this rank sends / receives when the schedule runs.
+  uint64_t bytesSent(size_t elemSize) const;
+  uint64_t bytesReceived(size_t elemSize) const;
+  // Largest receive range in elements (the executor's staging size).
+  size_t maxRecvElems() const;
+  // The phase a global step belongs to (nullptr if none).
+  const Phase* phaseOf(uint32_t step) const;
+};
+
+// Ring all-reduce: reduce-scatter (n-1 steps) then all-gather (n-1 steps), each
+// chunk cut into segments of segElems elements that flow around the ring
+// independently (segment k of step s+1 is sent as soon as segment k of step s has
+// been received and reduced).
+Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems);
+
+// Naive all-reduce: every rank sends its whole input to every other rank and reduces
+// locally, in rank order (x0 op x1 op ... op x(n-1)), so that every rank computes
+// bitwise the same result. Requires Input and Output to be distinct buffers.
+Schedule naiveAllreduce(int rank, int n, size_t count, size_t segElems);
+
+}  // namespace tccl::algo

@@ -1,0 +1,283 @@
+#include "tccl/communicator.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "algorithms/schedule.hpp"
+#include "algorithms/select.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "exec/executor.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/socket.hpp"
+#include "transport/transport.hpp"
+#include "transport/wire.hpp"
+
+namespace tccl {
+namespace {
+
+uint64_t randomJobId() {
+  uint64_t id = 0;
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = ::read(fd, &id, sizeof id);
+    ::close(fd);
+    if (n == static_cast<ssize_t>(sizeof id) && id != 0) return id;
+  }
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+bool validDataType(DataType t) { return static_cast<uint8_t>(t) <= 3; }
+bool validOp(ReduceOp op) { return static_cast<uint8_t>(op) <= 4; }
+
+}  // namespace
+
+struct Communicator::Impl {
+  std::shared_ptr<Store> userStore;
+  std::shared_ptr<Store> store;  // namespaced
+  std::unique_ptr<TcpStoreServer> ownedServer;
+  int rank = 0;
+  int size = 1;
+  CommOptions options;
+  std::chrono::milliseconds timeout{0};
+  size_t segmentBytes = config::kDefaultSegmentBytes;
+  int spinMicros = 0;
+  std::optional<Algorithm> envAlgorithm;
+  algo::LinkModel model;
+  uint64_t jobId = 0;
+  std::unique_ptr<Transport> transport;
+  Executor executor;
+  int64_t seq = 0;
+  CallStats last;
+  std::optional<ErrorInfo> abortCause;
+
+  [[noreturn]] void invalid(const std::string& msg) const {
+    throwError(ErrorKind::InvalidArgument, msg, rank);
+  }
+
+  void checkUsable() const {
+    if (!abortCause) return;
+    ErrorInfo info = *abortCause;
+    info.kind = ErrorKind::Aborted;
+    info.message = "communicator aborted because of earlier error: " + Error::format(*abortCause);
+    info.rank = rank;
+    throwError(std::move(info));
+  }
+
+  Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms) const {
+    auto t = perCall.value_or(timeout);
+    *ms = t.count() <= 0 ? -1 : t.count();
+    return t.count() <= 0 ? Deadline::never() : Deadline::after(t);
+  }
+};
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (!store) throwError(ErrorKind::InvalidArgument, "Communicator: store is null", rank);
+  if (size < 1) throwError(ErrorKind::InvalidArgument, "Communicator: world size " + std::to_string(size) + " < 1", rank);
+  if (rank < 0 || rank >= size) {
+    throwError(ErrorKind::InvalidArgument,
+               "Communicator: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) + ")", rank);
+  }
+  log::setRank(rank);
+  m.userStore = store;
+  m.rank = rank;
+  m.size = size;
+  m.options = options;
+  m.timeout = options.timeout;
+  if (auto t = config::timeoutMs()) m.timeout = std::chrono::milliseconds(*t);
+  m.segmentBytes = options.segmentBytes ? options.segmentBytes : config::segmentBytes();
+  m.spinMicros = static_cast<int>(config::spinMicros().value_or(
+      size <= static_cast<int>(std::thread::hardware_concurrency()) ? 50 : 0));
+  m.envAlgorithm = config::allreduceAlgorithm();
+  m.model = algo::LinkModel::fromEnv();
+  m.store = std::make_shared<PrefixStore>("tccl/" + options.name, store);
+
+  // The job id ties every connection to this job: rank 0 draws it, the rest read it.
+  if (rank == 0) {
+    uint64_t id = randomJobId();
+    if (auto env = config::getEnv("TCCL_JOB_ID")) id = wire::hash64(*env);
+    m.store->setString("jobid", std::to_string(id));
+    m.jobId = id;
+  } else {
+    m.store->wait({"jobid"}, m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
+    m.jobId = std::stoull(m.store->getString("jobid"));
+  }
+
+  TransportConfig tc;
+  tc.rank = rank;
+  tc.worldSize = size;
+  tc.jobId = m.jobId;
+  tc.commId = wire::hash64(options.name);
+  tc.socketBufferBytes = config::socketBufferBytes();
+  if (!options.listenAddress.empty()) {
+    tc.listenAddress = options.listenAddress;
+  } else if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) {
+    tc.listenAddress = tcp->localAddress();
+  }
+  m.transport = std::make_unique<Transport>(tc, m.store);
+  TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job " << std::hex
+                             << m.jobId << std::dec << " segment " << m.segmentBytes << " B timeout "
+                             << m.timeout.count() << " ms");
+}
+
+Communicator Communicator::fromEnv(CommOptions options) {
+  auto intVar = [](const char* primary, const char* fallback) -> std::optional<int64_t> {
+    if (auto v = config::getEnvInt(primary, 0, 1 << 30)) return v;
+    return config::getEnvInt(fallback, 0, 1 << 30);
+  };
+  auto rank = intVar("TCCL_RANK", "RANK");
+  auto size = intVar("TCCL_WORLD_SIZE", "WORLD_SIZE");
+  if (!rank || !size) {
+    throwError(ErrorKind::InvalidArgument,
+               "Communicator::fromEnv: set TCCL_RANK and TCCL_WORLD_SIZE (or RANK and WORLD_SIZE)");
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store;
+  auto timeout = config::timeoutMs();
+  std::chrono::milliseconds connectTimeout = timeout && *timeout > 0 ? std::chrono::milliseconds(*timeout)
+                                                                     : std::chrono::milliseconds(60000);
+  if (auto addr = config::getEnv("TCCL_STORE")) {
+    auto [host, port] = net::splitHostPort(*addr);
+    store = std::make_shared<TcpStore>(host, port, connectTimeout);
+  } else {
+    auto host = config::getEnv("MASTER_ADDR");
+    auto port = config::getEnvInt("MASTER_PORT", 1, 65535);
+    if (!host || !port) {
+      throwError(ErrorKind::InvalidArgument,
+                 "Communicator::fromEnv: set TCCL_STORE=host:port (or MASTER_ADDR and MASTER_PORT)",
+                 static_cast<int>(*rank));
+    }
+    bool agentStore = config::getEnv("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+    if (*rank == 0 && !agentStore) {
+      server = std::make_unique<TcpStoreServer>(*host, static_cast<uint16_t>(*port));
+    }
+    store = std::make_shared<TcpStore>(*host, static_cast<uint16_t>(*port), connectTimeout);
+  }
+  Communicator comm(store, static_cast<int>(*rank), static_cast<int>(*size), std::move(options));
+  comm.impl_->ownedServer = std::move(server);
+  return comm;
+}
+
+Communicator::~Communicator() = default;
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+const CallStats& Communicator::lastCall() const { return impl_->last; }
+CommStats Communicator::stats() const { return impl_->transport->stats(); }
+void Communicator::resetStats() { impl_->transport->resetStats(); }
+int64_t Communicator::sequence() const { return impl_->seq; }
+const std::shared_ptr<Store>& Communicator::store() const { return impl_->userStore; }
+std::string Communicator::listenAddress() const { return impl_->transport->listenAddress(); }
+
+Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why) const {
+  if (impl_->envAlgorithm && *impl_->envAlgorithm != Algorithm::Auto) {
+    if (why) *why = "TCCL_ALGO";
+    return *impl_->envAlgorithm;
+  }
+  return algo::chooseAllreduce(impl_->size, bytes, impl_->model, why);
+}
+
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
+                             const AllreduceOptions& options) {
+  Impl& m = *impl_;
+  m.checkUsable();
+  if (!validDataType(dtype)) m.invalid("allreduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (!validOp(op)) m.invalid("allreduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
+  const size_t elem = dataTypeSize(dtype);
+  if (count > (size_t{1} << 62) / elem) m.invalid("allreduce: count " + std::to_string(count) + " too large");
+  const size_t bytes = count * elem;
+  if (count > 0 && (sendbuf == nullptr || recvbuf == nullptr)) m.invalid("allreduce: null buffer with count > 0");
+  const auto* in = static_cast<const uint8_t*>(sendbuf);
+  auto* out = static_cast<uint8_t*>(recvbuf);
+  if (in != out && count > 0 && in < out + bytes && out < in + bytes) {
+    m.invalid("allreduce: input and output overlap without being the same buffer");
+  }
+
+  int64_t timeoutMs = -1;
+  const Deadline deadline = m.deadlineFor(options.timeout, &timeoutMs);
+  std::string why = "requested";
+  Algorithm algorithm = options.algorithm;
+  if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(bytes, &why);
+  if (m.size == 1) algorithm = Algorithm::Ring;  // nothing moves; both are a copy
+
+  const int64_t seq = m.seq++;
+  const auto start = Deadline::Clock::now();
+  m.last = CallStats{};
+  m.last.collective = "allreduce";
+  m.last.algorithm = std::string(toString(algorithm));
+  m.last.seq = seq;
+  m.last.count = count;
+  m.last.bytes = bytes;
+  TCCL_INFO("allreduce #" << seq << " " << count << " x " << toString(dtype) << " " << toString(op) << ": "
+                          << toString(algorithm) << " (" << why << ")");
+
+  const size_t segElems = std::max<size_t>(1, m.segmentBytes / elem);
+  algo::Schedule schedule = algorithm == Algorithm::Naive ? algo::naiveAllreduce(m.rank, m.size, count, segElems)
+                                                          : algo::ringAllreduce(m.rank, m.size, count, segElems);
+  // Naive reads its input while it writes its output; in place, it works from a copy.
+  std::vector<uint8_t> inputCopy;
+  if (algorithm == Algorithm::Naive && in == out && count > 0 && m.size > 1) {
+    inputCopy.assign(in, in + bytes);
+    in = inputCopy.data();
+  }
+
+  ExecContext ctx;
+  ctx.input = in;
+  ctx.output = out;
+  ctx.dtype = dtype;
+  ctx.op = op;
+  ctx.worldSize = m.size;
+  ctx.rank = m.rank;
+  ctx.seq = static_cast<uint32_t>(seq);
+  ctx.fingerprint = wire::fingerprint("allreduce", static_cast<uint8_t>(algorithm), static_cast<uint8_t>(dtype),
+                                      static_cast<uint8_t>(op), count, -1);
+  ctx.collective = "allreduce";
+  ctx.seqFull = seq;
+  ctx.deadline = deadline;
+  ctx.timeoutMs = timeoutMs;
+  ctx.spinMicros = m.spinMicros;
+
+  const CommStats before = m.transport->stats();
+  try {
+    if (m.size == 1 || count == 0) {
+      if (in != out && count > 0) std::memcpy(out, in, bytes);
+      if (op == ReduceOp::Avg && count > 0) reduce::divide(out, count, dtype, m.size);
+    } else {
+      try {
+        m.transport->connect(schedule.peers, deadline);
+      } catch (const Error& e) {
+        ErrorInfo info = e.info();
+        info.collective = "allreduce";
+        info.seq = seq;
+        info.algorithm = schedule.algorithm;
+        info.phase = "connect";
+        info.timeoutMs = timeoutMs;
+        throwError(std::move(info));
+      }
+      m.executor.run(schedule, ctx, *m.transport);
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::InvalidArgument) {
+      m.abortCause = e.info();
+      m.transport->closeAll();
+    }
+    throw;
+  }
+  const CommStats after = m.transport->stats();
+  for (const auto& [peer, c] : after.perPeer) {
+    auto it = before.perPeer.find(peer);
+    m.last.traffic.perPeer[peer] = it == before.perPeer.end() ? c : c - it->second;
+  }
+  m.last.seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
+}
+
+}  // namespace tccl

@@ -1,0 +1,72 @@
+#include "core/config.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/log.hpp"
+#include "tccl/error.hpp"
+
+namespace tccl::config {
+
+std::optional<std::string> getEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi) {
+  auto v = getEnv(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (*end != '\0' || errno != 0 || x < lo || x > hi) {
+    throwError(ErrorKind::InvalidArgument, std::string(name) + "='" + *v +
+                                               "' is not an integer in [" + std::to_string(lo) +
+                                               ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+std::optional<int64_t> timeoutMs() {
+  return getEnvInt("TCCL_TIMEOUT_MS", -1, int64_t{1} << 40);
+}
+
+size_t segmentBytes() {
+  auto v = getEnvInt("TCCL_SEGMENT_BYTES", 1, int64_t{1} << 32);
+  return v ? static_cast<size_t>(*v) : kDefaultSegmentBytes;
+}
+
+std::optional<Algorithm> allreduceAlgorithm() {
+  auto v = getEnv("TCCL_ALGO");
+  if (!v) return std::nullopt;
+  std::string_view s = *v;
+  while (!s.empty()) {
+    size_t comma = s.find(',');
+    std::string_view item = s.substr(0, comma);
+    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+    size_t colon = item.find(':');
+    if (colon != std::string_view::npos) {
+      if (item.substr(0, colon) != "allreduce") continue;
+      item = item.substr(colon + 1);
+    }
+    auto a = parseAlgorithm(item);
+    if (!a) {
+      throwError(ErrorKind::InvalidArgument,
+                 "TCCL_ALGO='" + *v + "': unknown all-reduce algorithm '" + std::string(item) +
+                     "' (expected auto, ring or naive)");
+    }
+    return a;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> spinMicros() { return getEnvInt("TCCL_SPIN_US", 0, 10'000'000); }
+
+int socketBufferBytes() {
+  auto v = getEnvInt("TCCL_SOCKET_BUFFER", 0, 1 << 30);
+  return v ? static_cast<int>(*v) : 0;
+}
+
+}  // namespace tccl::config

@@ -1,0 +1,31 @@
+// Environment variables, parsed in one place. See docs/env.md for the full list.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tccl/types.hpp"
+
+namespace tccl::config {
+
+// Raw lookups: nullopt when unset or empty.
+std::optional<std::string> getEnv(const char* name);
+// Integer variable; throws InvalidArgumentError naming the variable when it is set
+// but not an integer in [lo, hi].
+std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi);
+
+// TCCL_TIMEOUT_MS (milliseconds; -1 or 0 = no timeout).
+std::optional<int64_t> timeoutMs();
+// TCCL_SEGMENT_BYTES (pipeline segment, default 256 KiB).
+size_t segmentBytes();
+constexpr size_t kDefaultSegmentBytes = 256 * 1024;
+// TCCL_ALGO: "ring", "naive", "auto" or "allreduce:ring" (several comma-separated
+// "collective:algo" entries allowed). Returns the all-reduce entry, if any.
+std::optional<Algorithm> allreduceAlgorithm();
+// TCCL_SPIN_US: microseconds to busy-poll before sleeping in poll(2).
+std::optional<int64_t> spinMicros();
+// TCCL_SOCKET_BUFFER: SO_SNDBUF/SO_RCVBUF in bytes (0 = kernel autotuning).
+int socketBufferBytes();
+
+}  // namespace tccl::config

@@ -1,0 +1,84 @@
+#include "tccl/error.hpp"
+
+#include <sstream>
+
+namespace tccl {
+
+std::string_view toString(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::InvalidArgument: return "InvalidArgument";
+    case ErrorKind::Timeout: return "Timeout";
+    case ErrorKind::PeerClosed: return "PeerClosed";
+    case ErrorKind::Protocol: return "Protocol";
+    case ErrorKind::Mismatch: return "Mismatch";
+    case ErrorKind::Handshake: return "Handshake";
+    case ErrorKind::Store: return "Store";
+    case ErrorKind::System: return "System";
+    case ErrorKind::Aborted: return "Aborted";
+  }
+  return "?";
+}
+
+std::string Error::format(const ErrorInfo& i) {
+  std::ostringstream os;
+  if (i.rank >= 0) os << "[rank " << i.rank << "] ";
+  os << toString(i.kind);
+  if (!i.collective.empty()) {
+    os << " in " << i.collective;
+    if (i.seq >= 0) os << " #" << i.seq;
+    if (!i.algorithm.empty() || !i.phase.empty()) {
+      os << " (";
+      if (!i.algorithm.empty()) os << i.algorithm;
+      if (!i.phase.empty()) os << (i.algorithm.empty() ? "" : " ") << i.phase;
+      if (i.step >= 0) {
+        os << " step " << (i.step + 1);
+        if (i.steps >= 0) os << "/" << i.steps;
+      }
+      os << ")";
+    }
+  }
+  if (i.peer >= 0) {
+    os << " with rank " << i.peer;
+    if (!i.peerAddress.empty()) os << " (" << i.peerAddress << ")";
+  } else if (!i.peerAddress.empty()) {
+    os << " with " << i.peerAddress;
+  }
+  os << ": " << i.message;
+  if (i.bytesExpected >= 0) {
+    os << "; bytes " << (i.bytesMoved < 0 ? 0 : i.bytesMoved) << "/" << i.bytesExpected;
+  }
+  if (i.timeoutMs >= 0) {
+    os << "; waited " << (i.elapsedMs < 0 ? 0 : i.elapsedMs) << " ms of " << i.timeoutMs << " ms allowed";
+  } else if (i.elapsedMs >= 0) {
+    os << "; after " << i.elapsedMs << " ms";
+  }
+  return os.str();
+}
+
+Error::Error(ErrorInfo info) : std::runtime_error(format(info)), info_(std::move(info)) {}
+
+void throwError(ErrorInfo info) {
+  switch (info.kind) {
+    case ErrorKind::InvalidArgument: throw InvalidArgumentError(std::move(info));
+    case ErrorKind::Timeout: throw TimeoutError(std::move(info));
+    case ErrorKind::PeerClosed: throw PeerClosedError(std::move(info));
+    case ErrorKind::Protocol: throw ProtocolError(std::move(info));
+    case ErrorKind::Mismatch: throw MismatchError(std::move(info));
+    case ErrorKind::Handshake: throw HandshakeError(std::move(info));
+    case ErrorKind::Store: throw StoreError(std::move(info));
+    case ErrorKind::System: throw SystemError(std::move(info));
+    case ErrorKind::Aborted: throw AbortedError(std::move(info));
+  }
+  throw Error(std::move(info));
+}
+
+void throwError(ErrorKind kind, std::string message, int rank, int peer) {
+  ErrorInfo info;
+  info.kind = kind;
+  info.message = std::move(message);
+  info.rank = rank;
+  info.peer = peer;
+  throwError(std::move(info));
+}
+
+}  // namespace tccl

@@ -1,0 +1,103 @@
+#include <strings.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "tccl/types.hpp"
+
+namespace tccl {
+
+size_t dataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::Float32: return 4;
+    case DataType::Float64: return 8;
+    case DataType::Int32: return 4;
+    case DataType::Int64: return 8;
+  }
+  return 0;
+}
+
+std::string_view toString(DataType t) {
+  switch (t) {
+    case DataType::Float32: return "float32";
+    case DataType::Float64: return "float64";
+    case DataType::Int32: return "int32";
+    case DataType::Int64: return "int64";
+  }
+  return "?";
+}
+
+std::string_view toString(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Avg: return "avg";
+  }
+  return "?";
+}
+
+std::string_view toString(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Naive: return "naive";
+  }
+  return "?";
+}
+
+namespace {
+
+bool eq(std::string_view a, const char* b) {
+  std::string s(a);
+  return strcasecmp(s.c_str(), b) == 0;
+}
+
+template <typename E, size_t N>
+std::optional<E> lookup(std::string_view s, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, value] : table) {
+    if (eq(s, name)) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<DataType> parseDataType(std::string_view s) {
+  static const std::pair<const char*, DataType> kNames[] = {
+      {"float32", DataType::Float32}, {"float", DataType::Float32}, {"fp32", DataType::Float32},
+      {"f32", DataType::Float32},     {"float64", DataType::Float64}, {"double", DataType::Float64},
+      {"fp64", DataType::Float64},    {"f64", DataType::Float64},   {"int32", DataType::Int32},
+      {"int", DataType::Int32},       {"i32", DataType::Int32},     {"int64", DataType::Int64},
+      {"long", DataType::Int64},      {"i64", DataType::Int64},
+  };
+  return lookup(s, kNames);
+}
+
+std::optional<ReduceOp> parseReduceOp(std::string_view s) {
+  static const std::pair<const char*, ReduceOp> kNames[] = {
+      {"sum", ReduceOp::Sum}, {"prod", ReduceOp::Prod}, {"product", ReduceOp::Prod},
+      {"min", ReduceOp::Min}, {"max", ReduceOp::Max},   {"avg", ReduceOp::Avg},
+      {"mean", ReduceOp::Avg},
+  };
+  return lookup(s, kNames);
+}
+
+std::optional<Algorithm> parseAlgorithm(std::string_view s) {
+  static const std::pair<const char*, Algorithm> kNames[] = {
+      {"auto", Algorithm::Auto}, {"ring", Algorithm::Ring}, {"naive", Algorithm::Naive}};
+  return lookup(s, kNames);
+}
+
+int Deadline::pollTimeoutMs() const {
+  if (isNever()) return -1;
+  auto left = at_ - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up so that a wait never returns just before the deadline and spins.
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1;
+  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+}  // namespace tccl

@@ -1,0 +1,91 @@
+// Thin, honest wrappers over BSD sockets: RAII descriptors, address resolution,
+// listen/accept/connect-with-retry, and blocking-with-deadline send/recv helpers for
+// the few places that want them (handshake, store protocol). EINTR, short reads and
+// writes, and SIGPIPE (MSG_NOSIGNAL) are handled here and nowhere else.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tccl/types.hpp"
+
+namespace tccl::net {
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+  std::string toString() const;  // "1.2.3.4:5" or "[::1]:5"
+  std::string ip() const;
+  uint16_t port() const;
+};
+
+// Resolves host (name or literal; "" means any address) to candidate addresses.
+// Throws SystemError naming the host on failure.
+std::vector<SockAddr> resolve(const std::string& host, uint16_t port, bool passive = false);
+
+// Splits "host:port" or "[v6]:port". Throws InvalidArgumentError.
+std::pair<std::string, uint16_t> splitHostPort(const std::string& s);
+// Joins host and port, bracketing IPv6 literals.
+std::string joinHostPort(const std::string& host, uint16_t port);
+
+// A listening socket on host:port (port 0: ephemeral), nonblocking, SO_REUSEADDR.
+Fd listenOn(const std::string& host, uint16_t port, int backlog = 128);
+
+// Accepts one pending connection from a nonblocking listener; invalid Fd if none.
+Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr);
+
+// Connects, retrying refused/unreachable attempts with backoff until the deadline.
+// Returns a connected socket in nonblocking mode with TCP_NODELAY set. Throws
+// TimeoutError naming the address and the last OS error.
+Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline);
+
+void setNonBlocking(int fd, bool on = true);
+void setNoDelay(int fd);
+// Optional explicit socket buffer sizes (bytes; 0 keeps the kernel's autotuning).
+void setBufferSizes(int fd, int sndbuf, int rcvbuf);
+
+SockAddr localAddress(int fd);
+SockAddr peerAddress(int fd);
+
+enum class IoStatus { Ok, Timeout, Closed, Error };
+
+// Send/receive exactly len bytes on a nonblocking socket, waiting with poll(2) until
+// the deadline. *done is set to the bytes actually transferred; *err to errno on Error.
+IoStatus sendAll(int fd, const void* buf, size_t len, Deadline deadline, size_t* done = nullptr,
+                 int* err = nullptr);
+IoStatus recvAll(int fd, void* buf, size_t len, Deadline deadline, size_t* done = nullptr,
+                 int* err = nullptr);
+
+// strerror(3) as a std::string.
+std::string errnoString(int err);
+
+}  // namespace tccl::net

@@ -1,0 +1,250 @@
+#include "cli.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace tccl::cli {
+
+Args::Args(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
+           const std::vector<std::string>& flags) {
+  auto has = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    raw_.push_back(a);
+    if (a.rfind("--", 0) != 0) throw UsageError{"unexpected argument '" + a + "'"};
+    std::string name = a.substr(2);
+    std::string value;
+    bool inlineValue = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inlineValue = true;
+    }
+    if (has(flags, name)) {
+      if (inlineValue) throw UsageError{"--" + name + " takes no value"};
+      values_[name] = "1";
+    } else if (has(valueOptions, name)) {
+      if (!inlineValue) {
+        if (i + 1 >= argc) throw UsageError{"--" + name + " needs a value"};
+        value = argv[++i];
+        raw_.push_back(value);
+      }
+      values_[name] = value;
+    } else {
+      throw UsageError{"unknown option --" + name};
+    }
+  }
+}
+
+bool Args::flag(const std::string& name) const { return values_.count(name) != 0; }
+
+std::optional<std::string> Args::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::get(const std::string& name, const std::string& dflt) const {
+  return get(name).value_or(dflt);
+}
+
+int64_t Args::getInt(const std::string& name, int64_t dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || errno != 0) {
+    throw UsageError{"--" + name + " expects an integer, got '" + *v + "'"};
+  }
+  return x;
+}
+
+uint64_t parseSize(const std::string& s) {
+  if (s.empty()) throw UsageError{"empty size"};
+  if (s.front() == '-') throw UsageError{"size must not be negative: '" + s + "'"};
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str() || errno != 0) throw UsageError{"bad size '" + s + "'"};
+  std::string suffix(end);
+  uint64_t mult = 1;
+  if (suffix == "" || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
+  else throw UsageError{"bad size suffix in '" + s + "' (use K, M or G)"};
+  return x * mult;
+}
+
+uint64_t Args::getSize(const std::string& name, uint64_t dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  try {
+    return parseSize(*v);
+  } catch (const UsageError& e) {
+    throw UsageError{"--" + name + ": " + e.message};
+  }
+}
+
+DataType Args::getDataType(const std::string& name, DataType dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  auto t = parseDataType(*v);
+  if (!t) throw UsageError{"unknown dtype '" + *v + "' (expected float32, float64, int32 or int64)"};
+  return *t;
+}
+
+ReduceOp Args::getOp(const std::string& name, ReduceOp dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  auto op = parseReduceOp(*v);
+  if (!op) throw UsageError{"unknown op '" + *v + "' (expected sum, prod, min, max or avg)"};
+  return *op;
+}
+
+Algorithm Args::getAlgorithm(const std::string& name, Algorithm dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  auto a = parseAlgorithm(*v);
+  if (!a) throw UsageError{"unknown algorithm '" + *v + "' (expected auto, ring or naive)"};
+  return *a;
+}
+
+std::string withCommas(uint64_t v) {
+  std::string s = std::to_string(v);
+  std::string out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n > 0 && n % 3 == 0) out.push_back(',');
+    out.push_back(*it);
+    ++n;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::string formatBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, b == std::floor(b) ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+void fill(void* buf, size_t count, DataType dtype, double value) {
+  switch (dtype) {
+    case DataType::Float32: std::fill_n(static_cast<float*>(buf), count, static_cast<float>(value)); break;
+    case DataType::Float64: std::fill_n(static_cast<double*>(buf), count, value); break;
+    case DataType::Int32: std::fill_n(static_cast<int32_t*>(buf), count, static_cast<int32_t>(value)); break;
+    case DataType::Int64: std::fill_n(static_cast<int64_t*>(buf), count, static_cast<int64_t>(value)); break;
+  }
+}
+
+double expectedConstant(int n, DataType dtype, ReduceOp op) {
+  const bool isInt = dtype == DataType::Int32 || dtype == DataType::Int64;
+  switch (op) {
+    case ReduceOp::Sum: return static_cast<double>(n) * (n + 1) / 2;
+    case ReduceOp::Min: return 1;
+    case ReduceOp::Max: return n;
+    case ReduceOp::Avg: {
+      int64_t sum = int64_t{n} * (n + 1) / 2;
+      return isInt ? static_cast<double>(sum / n) : static_cast<double>(sum) / n;
+    }
+    case ReduceOp::Prod: {
+      if (dtype == DataType::Int32) {
+        uint32_t p = 1;
+        for (int i = 1; i <= n; ++i) p *= static_cast<uint32_t>(i);
+        return static_cast<int32_t>(p);
+      }
+      if (dtype == DataType::Int64) {
+        uint64_t p = 1;
+        for (int i = 1; i <= n; ++i) p *= static_cast<uint64_t>(i);
+        return static_cast<double>(static_cast<int64_t>(p));
+      }
+      double p = 1;
+      for (int i = 1; i <= n; ++i) p *= i;
+      return p;
+    }
+  }
+  return 0;
+}
+
+namespace {
+
+template <typename T>
+std::optional<Mismatch> scan(const T* p, size_t n, double expected, double relTol) {
+  for (size_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(p[i]);
+    const bool ok = relTol == 0 ? p[i] == static_cast<T>(expected)
+                                : std::fabs(v - expected) <= relTol * std::max(1.0, std::fabs(expected));
+    if (!ok) return Mismatch{i, v};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype, double expected) {
+  switch (dtype) {
+    case DataType::Float32: return scan(static_cast<const float*>(buf), count, expected, 1e-5);
+    case DataType::Float64: return scan(static_cast<const double*>(buf), count, expected, 1e-12);
+    case DataType::Int32: return scan(static_cast<const int32_t*>(buf), count, expected, 0);
+    case DataType::Int64: return scan(static_cast<const int64_t*>(buf), count, expected, 0);
+  }
+  return std::nullopt;
+}
+
+std::string formatValue(double v, DataType dtype) {
+  char buf[64];
+  if (dtype == DataType::Int32 || dtype == DataType::Int64 || v == std::floor(v)) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+  }
+  return buf;
+}
+
+std::string elementNoun(DataType dtype) {
+  switch (dtype) {
+    case DataType::Float32: return "floats";
+    case DataType::Float64: return "doubles";
+    case DataType::Int32: return "int32s";
+    case DataType::Int64: return "int64s";
+  }
+  return "elements";
+}
+
+std::string encodeRecord(const std::map<std::string, std::string>& kv) {
+  std::string s;
+  for (const auto& [k, v] : kv) {
+    s += k;
+    s += '=';
+    for (char c : v) s += (c == '\n' ? ' ' : c);
+    s += '\n';
+  }
+  return s;
+}
+
+std::map<std::string, std::string> decodeRecord(const std::string& s) {
+  std::map<std::string, std::string> kv;
+  std::istringstream is(s);
+  std::string line;
+  while (std::getline(is, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return kv;
+}
+
+}  // namespace tccl::cli

@@ -1,0 +1,69 @@
+// Shared pieces of the tccl CLI: argument parsing, number formatting, typed fill and
+// verification of test vectors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tccl/tccl.hpp"
+
+namespace tccl::cli {
+
+// Thrown for bad command-line arguments: main prints "tccl <cmd>: <message>" and
+// exits with status 2.
+struct UsageError {
+  std::string message;
+};
+
+// "--key value", "--key=value" and bare "--flag". Unknown options are errors.
+class Args {
+ public:
+  Args(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
+       const std::vector<std::string>& flags);
+  bool flag(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  std::string get(const std::string& name, const std::string& dflt) const;
+  int64_t getInt(const std::string& name, int64_t dflt) const;
+  // Sizes with optional K/M/G suffix (powers of 1024): "64M" = 67108864.
+  uint64_t getSize(const std::string& name, uint64_t dflt) const;
+  DataType getDataType(const std::string& name, DataType dflt) const;
+  ReduceOp getOp(const std::string& name, ReduceOp dflt) const;
+  Algorithm getAlgorithm(const std::string& name, Algorithm dflt) const;
+  // Every option as given, to pass on to worker processes.
+  const std::vector<std::string>& raw() const { return raw_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> raw_;
+};
+
+uint64_t parseSize(const std::string& s);  // throws UsageError
+std::string withCommas(uint64_t v);
+std::string formatBytes(double bytes);  // "64 MiB", "8 B"
+
+// Element i of a test vector set to `value` (converted to the dtype).
+void fill(void* buf, size_t count, DataType dtype, double value);
+// The value every element of an all-reduce result must have when rank r held the
+// constant r+1, for world n: sum n(n+1)/2, prod n!, min 1, max n, avg sum/n (integer
+// avg truncates). Integer prod wraps like the kernels do.
+double expectedConstant(int n, DataType dtype, ReduceOp op);
+// First index whose value differs from `expected` (floating types: relative tolerance
+// 1e-5 for float32, 1e-12 for float64; integers exact).
+struct Mismatch {
+  size_t index;
+  double actual;
+};
+std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype, double expected);
+std::string formatValue(double v, DataType dtype);
+
+// Plural element names for reports: "doubles", "floats", "int32s", "int64s".
+std::string elementNoun(DataType dtype);
+
+// key=value records published through the store by workers.
+std::string encodeRecord(const std::map<std::string, std::string>& kv);
+std::map<std::string, std::string> decodeRecord(const std::string& s);
+
+}  // namespace tccl::cli

@@ -1,0 +1,49 @@
+// tccl: the command-line tool. One file per subcommand.
+#include <cstring>
+#include <iostream>
+
+#include "cli.hpp"
+#include "subcommands.hpp"
+#include "tccl/version.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: tccl <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  demo    N worker processes run ring and naive all-reduce and report bytes vs the bound\n"
+    "          --world N (8) --size V elements (80000) --dtype float64|float32|int32|int64\n"
+    "          --op sum|prod|min|max|avg --iters K (5) --timeout-ms T (60000) --json\n"
+    "  bench   all-reduce time and bandwidth over sizes, nccl-tests style\n"
+    "          --world N (2) --sizes 8,1K,64M --dtype float32 --op sum --algo ring|naive|auto\n"
+    "          --iters K (20) --warmup W (5) --timeout-ms T --json\n"
+    "  version print the version\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "demo") return tccl::cli::demoMain(argc, argv, 2);
+    if (cmd == "_demo-worker") return tccl::cli::demoWorkerMain(argc, argv, 2);
+    if (cmd == "bench") return tccl::cli::benchMain(argc, argv, 2);
+    if (cmd == "_bench-worker") return tccl::cli::benchWorkerMain(argc, argv, 2);
+    if (cmd == "version" || cmd == "--version") {
+      std::cout << "tccl " << tccl::kVersion << "\n";
+      return 0;
+    }
+    std::cerr << "tccl: unknown command '" << cmd << "' (try tccl --help)\n";
+    return 2;
+  } catch (const tccl::cli::UsageError& e) {
+    std::cerr << "tccl " << cmd << ": " << e.message << "\n";
+    return 2;
+  } catch (const tccl::Error& e) {
+    std::cerr << "tccl " << cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+}

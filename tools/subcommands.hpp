@@ -1,0 +1,9 @@
+#pragma once
+
+namespace tccl::cli {
+// Each returns the process exit status; argv[first..] are the subcommand's options.
+int demoMain(int argc, char** argv, int first);
+int demoWorkerMain(int argc, char** argv, int first);
+int benchMain(int argc, char** argv, int first);
+int benchWorkerMain(int argc, char** argv, int first);
+}  // namespace tccl::cli
