@@ -69,10 +69,10 @@ class Run {
     const auto spin = std::chrono::microseconds(ctx_.spinMicros);
     while (remaining_ > 0) {
       bool progress = false;
-      for (ChanState& cs : chans_) {
-        progress |= pumpSends(cs);
-        progress |= pumpRecvs(cs);
-      }
+      // Sends first, on every channel: what this rank owes its peers leaves before it
+      // looks at (and perhaps fails on) what they sent.
+      for (ChanState& cs : chans_) progress |= pumpSends(cs);
+      for (ChanState& cs : chans_) progress |= pumpRecvs(cs);
       if (remaining_ == 0) break;
       if (progress) {
         lastProgress = Deadline::Clock::now();

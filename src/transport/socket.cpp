@@ -198,7 +198,7 @@ int connectOnce(const SockAddr& a, Deadline deadline, Fd* out) {
 
 }  // namespace
 
-Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline) {
+Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, bool retryRefused) {
   auto start = Deadline::Clock::now();
   std::chrono::milliseconds backoff(2);
   std::string lastErr;
@@ -216,6 +216,13 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline) {
       int err = connectOnce(a, deadline, &fd);
       if (err == 0) return fd;
       lastErr = a.toString() + ": " + errnoString(err);
+      if (err == ECONNREFUSED && !retryRefused) {
+        ErrorInfo info;
+        info.kind = ErrorKind::PeerClosed;
+        info.message = "connection refused: nothing listens at " + a.toString() + " any more (the process exited?)";
+        info.peerAddress = a.toString();
+        throwError(std::move(info));
+      }
     }
     if (deadline.expired()) break;
     auto sleepFor = backoff;

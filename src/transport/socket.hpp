@@ -63,10 +63,12 @@ Fd listenOn(const std::string& host, uint16_t port, int backlog = 128);
 // Accepts one pending connection from a nonblocking listener; invalid Fd if none.
 Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr);
 
-// Connects, retrying refused/unreachable attempts with backoff until the deadline.
-// Returns a connected socket in nonblocking mode with TCP_NODELAY set. Throws
-// TimeoutError naming the address and the last OS error.
-Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline);
+// Connects, retrying failed attempts with backoff until the deadline. Returns a
+// connected socket in nonblocking mode with TCP_NODELAY set. Throws TimeoutError
+// naming the address and the last OS error. With retryRefused = false, a refused
+// connection (nothing listens there: the process that published the address is
+// gone) throws PeerClosedError at once instead of being retried.
+Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, bool retryRefused = true);
 
 void setNonBlocking(int fd, bool on = true);
 void setNoDelay(int fd);

@@ -63,9 +63,12 @@ void Transport::resetStats() {
 }
 
 void Transport::closeAll() {
+  // Half-close: the peers read whatever we already sent (so a peer that is about to
+  // report a mismatch still sees our header), then end-of-file. A full close with
+  // unread input would send a reset that discards that data. The descriptors close
+  // with the transport.
   for (auto& [peer, ch] : channels_) {
-    if (ch->fd.valid()) ::shutdown(ch->fd.get(), SHUT_RDWR);
-    ch->fd.reset();
+    if (ch->fd.valid()) ::shutdown(ch->fd.get(), SHUT_WR);
   }
   pending_.clear();
 }
@@ -211,7 +214,8 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
     auto [host, port] = net::splitHostPort(addr);
     net::Fd fd;
     try {
-      fd = net::connectWithRetry(host, port, deadline);
+      // The address was published after listen(): a refusal means the peer is gone.
+      fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
     } catch (Error& e) {
       ErrorInfo info = e.info();
       info.rank = cfg_.rank;

@@ -60,7 +60,7 @@ class Transport {
 
   CommStats stats() const;
   void resetStats();
-  // Closes every connection (peers then see their sockets close).
+  // Ends every connection (peers then see end-of-file after the data already sent).
   void closeAll();
 
  private:

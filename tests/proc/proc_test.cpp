@@ -1,0 +1,325 @@
+// Multi-process tests: real worker processes (tests/proc/worker.cpp) over real TCP
+// sockets on loopback. Every job runs under a hard deadline after which every child
+// is SIGKILLed, so no test can hang; CTest's TIMEOUT is the second line of defence.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/process.hpp"
+#include "tccl/tccl.hpp"
+#include "transport/socket.hpp"
+#include "transport/wire.hpp"
+
+using namespace tccl;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Job {
+  std::vector<proc::ChildResult> children;
+  std::map<int, std::string> records;  // rank -> record published by the worker
+  double seconds = 0;
+};
+
+std::string describe(const Job& job) {
+  std::ostringstream os;
+  for (const auto& c : job.children) {
+    os << "rank " << c.index << ": " << c.describe();
+    auto it = job.records.find(c.index);
+    if (it != job.records.end()) os << " record: " << it->second;
+    os << "\n";
+  }
+  return os.str();
+}
+
+struct JobSpec {
+  int world = 2;
+  int spawn = -1;  // processes to start (default: world)
+  std::vector<std::string> args;
+  std::chrono::seconds deadline{120};
+  proc::EnvList extraEnv;
+  bool torchrunEnv = false;
+  std::function<void(TcpStore& store)> whileRunning;
+};
+
+Job runJob(const JobSpec& spec) {
+  TcpStoreServer server("127.0.0.1", 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::string> argv = {TCCL_PROC_WORKER_PATH};
+  argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+  uint16_t masterPort = 0;
+  if (spec.torchrunEnv) {
+    // A free port for rank 0 to host the store on (bound and released here).
+    net::Fd probe = net::listenOn("127.0.0.1", 0);
+    masterPort = net::localAddress(probe.get()).port();
+  }
+  proc::ProcessGroup group;
+  const auto start = std::chrono::steady_clock::now();
+  group.spawn(spec.spawn < 0 ? spec.world : spec.spawn, argv, [&](int r) {
+    proc::EnvList env = spec.extraEnv;
+    if (spec.torchrunEnv) {
+      env.push_back({"RANK", std::to_string(r)});
+      env.push_back({"WORLD_SIZE", std::to_string(spec.world)});
+      env.push_back({"MASTER_ADDR", "127.0.0.1"});
+      env.push_back({"MASTER_PORT", std::to_string(masterPort)});
+      env.push_back({"TCCL_RANK", ""});
+      env.push_back({"TCCL_WORLD_SIZE", ""});
+      env.push_back({"TCCL_STORE", ""});
+    } else {
+      env.push_back({"TCCL_RANK", std::to_string(r)});
+      env.push_back({"TCCL_WORLD_SIZE", std::to_string(spec.world)});
+      env.push_back({"TCCL_STORE", addr});
+    }
+    return env;
+  });
+  TcpStore store("127.0.0.1", server.port(), 5s);
+  if (spec.whileRunning) spec.whileRunning(store);
+  Job job;
+  job.children = group.wait(Deadline::after(spec.deadline));
+  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string scenario = spec.args.empty() ? "" : spec.args.front();
+  for (int r = 0; r < spec.world; ++r) {
+    const std::string key = "proc/" + scenario + "/" + std::to_string(r);
+    if (!spec.torchrunEnv && store.check({key})) job.records[r] = store.getString(key);
+  }
+  return job;
+}
+
+void expectAllOk(const Job& job) {
+  for (const auto& c : job.children) {
+    EXPECT_TRUE(c.ok()) << describe(job);
+  }
+}
+
+// ---- correctness grid ---------------------------------------------------------------
+
+class GridTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GridTest, EveryDtypeOpAlgorithmAndCountIsExactWithExactByteCounts) {
+  const int n = GetParam();
+  JobSpec spec;
+  spec.world = n;
+  spec.args = {"grid", "0,1,N-1,N,N+1,100003"};
+  spec.deadline = 240s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(job.records[r], "ok") << describe(job);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GridTest, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& p) { return "world" + std::to_string(p.param); });
+
+TEST(ProcTest, SmallSegmentsPipelineManySegmentsPerStep) {
+  // 4-byte segments: every element is its own message, exercising deep pipelines.
+  JobSpec spec;
+  spec.world = 4;
+  spec.args = {"grid", "N+1,37"};
+  spec.extraEnv = {{"TCCL_SEGMENT_BYTES", "8"}};
+  Job job = runJob(spec);
+  expectAllOk(job);
+}
+
+TEST(ProcTest, TorchrunEnvironmentWithRankZeroHostingTheStore) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.args = {"grid", "1,N+1,1000"};
+  spec.torchrunEnv = true;
+  Job job = runJob(spec);
+  expectAllOk(job);
+}
+
+TEST(ProcTest, HundredsOfMillionsOfElementsInPlaceWithLinearMemory) {
+  // 200M float32 = 800 MB per rank; peak RSS must stay near V (no N x V buffers).
+  JobSpec spec;
+  spec.world = 2;
+  spec.args = {"large", "200000000"};
+  spec.deadline = 240s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(job.records[r].rfind("ok", 0), 0u) << describe(job);
+}
+
+// ---- failures -------------------------------------------------------------------------
+
+// Parses "error kind=K peer=P seconds=S ..." records.
+struct Failure {
+  std::string kind;
+  int peer = -2;
+  double seconds = -1;
+};
+
+Failure parseFailure(const std::string& rec) {
+  Failure f;
+  std::istringstream is(rec);
+  std::string tok;
+  while (is >> tok) {
+    if (tok.rfind("kind=", 0) == 0) f.kind = tok.substr(5);
+    if (tok.rfind("peer=", 0) == 0) f.peer = std::stoi(tok.substr(5));
+    if (tok.rfind("seconds=", 0) == 0) f.seconds = std::stod(tok.substr(8));
+  }
+  return f;
+}
+
+TEST(FailureTest, DeadPeerIsDetectedAtOnceAndNamedByItsRingNeighbours) {
+  // Rank 2 exits between two all-reduces: its neighbours see the socket close.
+  JobSpec spec;
+  spec.world = 4;
+  spec.args = {"die-mid", "2"};
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  EXPECT_EQ(job.children[2].exitCode, 3) << describe(job);
+  for (int r : {0, 1, 3}) {
+    EXPECT_TRUE(job.children[static_cast<size_t>(r)].ok()) << describe(job);
+    ASSERT_TRUE(job.records.count(r)) << describe(job);
+    EXPECT_EQ(job.records[r].rfind("error", 0), 0u) << describe(job);
+  }
+  // Rank 3 receives from rank 2: it sees the socket close and names rank 2. The
+  // others fail as the abort spreads (each names the neighbour whose socket closed;
+  // naming the root cause on every rank is the failure-handling issue's work).
+  Failure f3 = parseFailure(job.records[3]);
+  EXPECT_EQ(f3.peer, 2) << job.records[3];
+  EXPECT_EQ(f3.kind, "PeerClosed") << job.records[3];
+  for (int r : {0, 1, 3}) {
+    Failure f = parseFailure(job.records[r]);
+    EXPECT_EQ(f.kind, "PeerClosed") << job.records[r];
+    EXPECT_LT(f.seconds, 5.0) << "a dead peer must be found from the socket, not at the 30 s timeout";
+  }
+}
+
+TEST(FailureTest, PeerDeadBeforeConnectingIsNamed) {
+  // Rank 2 publishes its address, then exits. Rank 1 dials it and is refused at once;
+  // rank 3 waits for rank 2 to dial in and gives up at the timeout, naming it.
+  JobSpec spec;
+  spec.world = 4;
+  spec.args = {"die", "2"};
+  spec.extraEnv = {{"TCCL_TIMEOUT_MS", "2000"}};
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  EXPECT_EQ(job.children[2].exitCode, 3) << describe(job);
+  ASSERT_TRUE(job.records.count(1) && job.records.count(3)) << describe(job);
+  Failure f1 = parseFailure(job.records[1]);
+  EXPECT_EQ(f1.kind, "PeerClosed") << job.records[1];
+  EXPECT_EQ(f1.peer, 2) << job.records[1];
+  EXPECT_LT(f1.seconds, 1.0) << job.records[1];
+  Failure f3 = parseFailure(job.records[3]);
+  EXPECT_EQ(f3.kind, "Timeout") << job.records[3];
+  EXPECT_EQ(f3.peer, 2) << job.records[3];
+  EXPECT_LE(f3.seconds, 4.0) << job.records[3];
+}
+
+TEST(FailureTest, SilentPeerIsNamedAtTheTimeout) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.args = {"sleep", "1", "6000"};
+  spec.extraEnv = {{"TCCL_TIMEOUT_MS", "1500"}};
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  // Rank 2 receives from rank 1 in the ring.
+  ASSERT_TRUE(job.records.count(2)) << describe(job);
+  Failure f = parseFailure(job.records[2]);
+  EXPECT_EQ(f.kind, "Timeout") << job.records[2];
+  EXPECT_EQ(f.peer, 1) << job.records[2];
+  EXPECT_GE(f.seconds, 1.4);
+  EXPECT_LE(f.seconds, 3.0) << "within 2x the timeout";
+}
+
+TEST(FailureTest, CountMismatchIsReportedAtTheFirstMessage) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.args = {"mismatch", "1"};
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  ASSERT_TRUE(job.records.count(2)) << describe(job);
+  Failure f = parseFailure(job.records[2]);
+  EXPECT_EQ(f.kind, "Mismatch") << job.records[2];
+  EXPECT_EQ(f.peer, 1) << job.records[2];
+  EXPECT_LT(f.seconds, 10.0);
+}
+
+TEST(FailureTest, MissingRankTimesOutNamingIt) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.spawn = 2;  // rank 2 never starts
+  spec.args = {"die", "2"};
+  spec.extraEnv = {{"TCCL_TIMEOUT_MS", "1500"}};
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(job.records.count(r)) << describe(job);
+    Failure f = parseFailure(job.records[r]);
+    EXPECT_EQ(f.kind, "Timeout") << job.records[r];
+    EXPECT_EQ(f.peer, 2) << job.records[r];
+    EXPECT_LE(f.seconds, 3.0);
+  }
+}
+
+// ---- strangers --------------------------------------------------------------------
+
+net::Fd dial(const std::string& addr) {
+  auto [host, port] = net::splitHostPort(addr);
+  return net::connectWithRetry(host, port, Deadline::after(5s));
+}
+
+TEST(StrangerTest, GarbageTruncatedAndForeignHellosAreRejectedAndTheJobCarriesOn) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.args = {"wait-go"};
+  spec.deadline = 120s;
+  wire::Hello reply;
+  bool gotReply = false;
+  size_t garbageAnswer = 0;
+  spec.whileRunning = [&](TcpStore& store) {
+    // Rank 2 accepts from ranks 0 and 1 in the ring: talk to its listener.
+    store.wait({"tccl/default/addr/2"}, 30s);
+    const std::string addr = store.getString("tccl/default/addr/2");
+    net::Fd garbage = dial(addr);
+    std::string junk(64, '\x5a');
+    net::sendAll(garbage.get(), junk.data(), junk.size(), Deadline::after(5s));
+    net::Fd truncated = dial(addr);
+    net::sendAll(truncated.get(), "TCCL\x01", 5, Deadline::after(5s));
+    truncated.reset();
+    net::Fd hugeLength = dial(addr);
+    uint8_t hdr[wire::kHeaderSize];
+    wire::MessageHeader h;
+    h.length = ~uint64_t{0};
+    wire::encodeHeader(h, hdr);
+    net::sendAll(hugeLength.get(), hdr, sizeof hdr, Deadline::after(5s));
+    net::Fd silent = dial(addr);
+    net::Fd foreign = dial(addr);
+    wire::Hello hello;
+    hello.jobId = 12345;  // another job
+    hello.rank = 0;
+    hello.worldSize = 3;
+    hello.targetRank = 2;
+    uint8_t buf[wire::kHelloSize];
+    wire::encodeHello(hello, buf);
+    net::sendAll(foreign.get(), buf, sizeof buf, Deadline::after(5s));
+    store.setString("go", "1");
+    uint8_t in[wire::kHelloSize];
+    if (net::recvAll(foreign.get(), in, sizeof in, Deadline::after(30s)) == net::IoStatus::Ok) {
+      gotReply = wire::decodeHello(in, &reply) == wire::DecodeStatus::Ok;
+    }
+    net::recvAll(garbage.get(), in, sizeof in, Deadline::after(30s), &garbageAnswer);
+  };
+  Job job = runJob(spec);
+  expectAllOk(job);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(job.records[r], "ok") << describe(job);
+  ASSERT_TRUE(gotReply) << "the foreign hello got no answer";
+  EXPECT_EQ(reply.kind, wire::HelloKind::Reject);
+  EXPECT_EQ(reply.reason, wire::RejectReason::WrongJob);
+  // The garbage sender gets a Reject (BadMagic) and is disconnected.
+  EXPECT_EQ(garbageAnswer, wire::kHelloSize);
+}
+
+}  // namespace
