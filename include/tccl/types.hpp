@@ -53,9 +53,13 @@ class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
   static Deadline never() { return Deadline(Clock::time_point::max()); }
+  // A negative timeout, or one too long to represent as a time point, is never.
   static Deadline after(std::chrono::milliseconds timeout) {
     if (timeout.count() < 0) return never();
-    return Deadline(Clock::now() + timeout);
+    const auto now = Clock::now();
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+    if (timeout >= room) return never();
+    return Deadline(now + timeout);
   }
   explicit Deadline(Clock::time_point at) : at_(at) {}
   bool isNever() const { return at_ == Clock::time_point::max(); }

@@ -1,5 +1,3 @@
-#include <strings.h>
-
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -50,9 +48,13 @@ std::string_view toString(Algorithm a) {
 
 namespace {
 
-bool eq(std::string_view a, const char* b) {
-  std::string s(a);
-  return strcasecmp(s.c_str(), b) == 0;
+bool eq(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
 }
 
 template <typename E, size_t N>

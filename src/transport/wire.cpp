@@ -105,6 +105,7 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out) {
 }
 
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize) {
+  if (h.kind != HelloKind::Hello) return RejectReason::BadMagic;
   if (h.version != kProtocolVersion) return RejectReason::BadVersion;
   if (h.jobId != jobId) return RejectReason::WrongJob;
   if (h.commId != commId) return RejectReason::WrongCommunicator;
@@ -115,7 +116,7 @@ RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myR
 }
 
 namespace {
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;  // 0xcbf29ce484222325
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 uint64_t fnv(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);

@@ -1,0 +1,600 @@
+// TcpStoreServer and TcpStore (the client). Wire format: store/store_protocol.hpp.
+//
+// The server is one thread running a poll(2) loop over nonblocking sockets: the
+// listener, an eventfd that stop() signals, and every client connection with its own
+// input and output buffer. All store state lives on that thread, so it needs no locks;
+// one thread serves thousands of ranks because each request is a map lookup.
+//
+// GET and WAIT for keys that do not exist yet park their connection: the server stops
+// reading from it (the client is synchronous and waits for this reply) until a SET or
+// ADD makes the keys exist, or the deadline the client sent passes and the reply is
+// TIMEOUT with the keys still missing. A connection that sends bytes that can never
+// decode is closed with a warning naming its address; nothing a client sends can stop
+// the server serving the others.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.hpp"
+#include "store/store_protocol.hpp"
+#include "tccl/error.hpp"
+#include "tccl/store.hpp"
+#include "transport/socket.hpp"
+
+namespace tccl {
+namespace {
+
+using storeproto::Command;
+using storeproto::DecodeStatus;
+using storeproto::Request;
+using storeproto::Response;
+using storeproto::Status;
+
+constexpr size_t kReadChunk = size_t{64} << 10;
+// Bytes read from one connection per poll wakeup, so one fast sender cannot starve the
+// others; poll is level-triggered and comes back for the rest.
+constexpr size_t kMaxReadPerWakeup = size_t{1} << 20;
+// No new request of a connection is processed while this many reply bytes wait to be
+// sent: a client that sends without reading cannot make the server buffer without end.
+constexpr size_t kMaxPendingOutput = size_t{4} << 20;
+// Buffers above this capacity are released when they drain (one 64 MiB value must not
+// pin 64 MiB per connection forever).
+constexpr size_t kKeepCapacity = size_t{1} << 20;
+// The client waits this much longer than the timeout it sends, so that the server's
+// TIMEOUT reply (which names the missing keys) arrives before the client gives up.
+constexpr std::chrono::milliseconds kServerGrace{1000};
+
+std::chrono::milliseconds elapsedSince(Deadline::Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start);
+}
+
+void releaseIfDrained(Bytes* buf, size_t* start) {
+  if (*start < buf->size()) return;
+  *start = 0;
+  if (buf->capacity() > kKeepCapacity) {
+    Bytes().swap(*buf);
+  } else {
+    buf->clear();
+  }
+}
+
+struct Conn {
+  net::Fd fd;
+  std::string peer;  // "ip:port", for logs
+  Bytes in;
+  size_t inStart = 0;  // in[inStart, size) is received but not yet decoded
+  Bytes out;
+  size_t outStart = 0;  // out[outStart, size) is encoded but not yet sent
+  bool closed = false;
+  // A parked GET / WAIT.
+  bool parked = false;
+  Request waiting;
+  Deadline deadline = Deadline::never();
+
+  size_t pendingIn() const { return in.size() - inStart; }
+  size_t pendingOut() const { return out.size() - outStart; }
+};
+
+class ServerLoop {
+ public:
+  ServerLoop(int listenFd, int wakeFd, std::string name)
+      : listenFd_(listenFd), wakeFd_(wakeFd), name_(std::move(name)) {}
+
+  // Serves until the wake fd becomes readable.
+  void run() {
+    std::vector<pollfd> pfds;
+    for (;;) {
+      try {
+        if (iterate(&pfds)) return;
+      } catch (const std::exception& e) {
+        // Not attributable to one connection (e.g. out of memory building the poll set):
+        // keep serving; back off so a persistent failure does not spin.
+        TCCL_WARN("store server " << name_ << ": " << e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+
+ private:
+  // One poll round. Returns true when stop() was signalled.
+  bool iterate(std::vector<pollfd>* pfds) {
+    pfds->clear();
+    pfds->push_back({wakeFd_, POLLIN, 0});
+    pfds->push_back({listenFd_, POLLIN, 0});
+    for (const auto& c : conns_) {
+      short ev = POLLRDHUP;
+      if (!c->parked && c->pendingOut() < kMaxPendingOutput) ev |= POLLIN;
+      if (c->pendingOut() > 0) ev |= POLLOUT;
+      pfds->push_back({c->fd.get(), ev, 0});
+    }
+    const size_t polled = conns_.size();
+    int n = ::poll(pfds->data(), pfds->size(), nextTimeoutMs());
+    if (n < 0) {
+      if (errno == EINTR) return false;
+      throwError(ErrorKind::System, "poll: " + net::errnoString(errno));
+    }
+    if ((*pfds)[0].revents != 0) return true;
+    if ((*pfds)[1].revents != 0) acceptAll();
+    for (size_t i = 0; i < polled; ++i) {
+      const short rev = (*pfds)[i + 2].revents;
+      if (rev != 0) guarded(*conns_[i], [&](Conn& c) { onEvents(c, rev, (*pfds)[i + 2].events); });
+    }
+    expireWaiters();
+    // Serve requests already buffered but not yet served: those pipelined behind a GET /
+    // WAIT just answered, or held back while replies were backed up. poll() will not
+    // report bytes already read, so loop until no connection makes progress.
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (auto& c : conns_) {
+        guarded(*c, [&](Conn& cc) { progress = processInput(cc) || progress; });
+      }
+      for (auto& c : conns_) {
+        if (c->pendingOut() == 0) continue;
+        const size_t before = c->pendingOut();
+        guarded(*c, [&](Conn& cc) { flush(cc); });
+        // Draining may lift the output cap that held buffered requests back.
+        if (!c->closed && c->pendingOut() < before && c->pendingIn() > 0) progress = true;
+      }
+    }
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->closed; });
+    return false;
+  }
+
+  // Runs fn on a connection; an exception there closes that connection only.
+  template <typename F>
+  void guarded(Conn& c, F fn) {
+    if (c.closed) return;
+    try {
+      fn(c);
+    } catch (const std::exception& e) {
+      closeConn(c, std::string("internal error: ") + e.what());
+    }
+  }
+
+  int nextTimeoutMs() const {
+    int t = -1;
+    for (const auto& c : conns_) {
+      if (!c->parked || c->deadline.isNever()) continue;
+      const int ms = c->deadline.pollTimeoutMs();
+      if (t < 0 || ms < t) t = ms;
+    }
+    return t;
+  }
+
+  void acceptAll() {
+    for (;;) {
+      net::SockAddr from;
+      net::Fd fd = net::acceptNonBlocking(listenFd_, &from);
+      if (!fd.valid()) return;
+      auto c = std::make_unique<Conn>();
+      c->fd = std::move(fd);
+      c->peer = from.toString();
+      TCCL_TRACE("store server " << name_ << ": connection from " << c->peer);
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  void closeConn(Conn& c, const std::string& warning) {
+    if (!warning.empty()) {
+      TCCL_WARN("store server " << name_ << ": closing connection from " << c.peer << ": "
+                                << warning);
+    } else {
+      TCCL_TRACE("store server " << name_ << ": " << c.peer << " disconnected");
+    }
+    if (c.parked) --parked_;
+    c.parked = false;
+    c.closed = true;
+    c.fd.reset();
+    Bytes().swap(c.in);
+    Bytes().swap(c.out);
+    c.inStart = c.outStart = 0;
+  }
+
+  void onEvents(Conn& c, short rev, short requested) {
+    if (rev & POLLNVAL) return closeConn(c, "descriptor became invalid");
+    if ((rev & POLLOUT) && c.pendingOut() > 0) flush(c);
+    if (c.closed) return;
+    if ((rev & POLLIN) && (requested & POLLIN)) {
+      readInput(c);
+    } else if (rev & (POLLHUP | POLLERR | POLLRDHUP)) {
+      // Gone while parked or while its replies are backed up: nobody to answer.
+      closeConn(c, "");
+    }
+  }
+
+  void readInput(Conn& c) {
+    size_t total = 0;
+    while (!c.closed && !c.parked && c.pendingOut() < kMaxPendingOutput &&
+           total < kMaxReadPerWakeup) {
+      const size_t old = c.in.size();
+      c.in.resize(old + kReadChunk);
+      ssize_t n = ::recv(c.fd.get(), c.in.data() + old, kReadChunk, 0);
+      c.in.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      if (n > 0) {
+        total += static_cast<size_t>(n);
+        // Decode as bytes arrive: garbage is rejected at its first bad header byte and a
+        // huge declared length before its body is read.
+        processInput(c);
+        if (static_cast<size_t>(n) < kReadChunk) return;
+        continue;
+      }
+      if (n == 0) return closeConn(c, "");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == ECONNRESET) return closeConn(c, "");
+      return closeConn(c, "recv: " + net::errnoString(errno));
+    }
+  }
+
+  // Decodes and serves complete requests. Returns whether it consumed any.
+  bool processInput(Conn& c) {
+    bool progress = false;
+    while (!c.closed && !c.parked && c.pendingOut() < kMaxPendingOutput && c.pendingIn() > 0) {
+      Request req;
+      storeproto::DecodeResult r =
+          storeproto::decodeRequest(c.in.data() + c.inStart, c.pendingIn(), &req);
+      if (r.status == DecodeStatus::NeedMore) break;
+      if (r.status == DecodeStatus::Error) {
+        closeConn(c, "bad request: " + r.error);
+        return progress;
+      }
+      c.inStart += r.consumed;
+      progress = true;
+      serve(c, std::move(req));
+    }
+    if (!c.closed) {
+      releaseIfDrained(&c.in, &c.inStart);
+      // Keep the undecoded tail at the front once the consumed prefix dominates.
+      if (c.inStart > kReadChunk && c.inStart * 2 > c.in.size()) {
+        c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(c.inStart));
+        c.inStart = 0;
+      }
+    }
+    return progress;
+  }
+
+  void reply(Conn& c, const Response& r) { storeproto::encodeResponse(r, &c.out); }
+
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    for (const std::string& k : keys) {
+      if (data_.find(k) == data_.end()) out.push_back(k);
+    }
+    return out;
+  }
+
+  void serve(Conn& c, Request req) {
+    Response resp;
+    resp.command = req.command;
+    switch (req.command) {
+      case Command::Set:
+        data_[std::move(req.key)] = std::move(req.value);
+        reply(c, resp);
+        wakeWaiters();
+        return;
+      case Command::Get:
+      case Command::Wait:
+        if (req.command == Command::Get) req.keys = {req.key};
+        if (!missing(req.keys).empty() && req.timeoutMs != 0) {
+          c.parked = true;
+          ++parked_;
+          c.deadline = storeproto::deadlineAfterMs(req.timeoutMs);
+          c.waiting = std::move(req);
+          return;
+        }
+        c.waiting = std::move(req);
+        answerWaiter(c);
+        return;
+      case Command::Add: {
+        auto it = data_.find(req.key);
+        std::optional<int64_t> v = storeproto::applyAdd(
+            req.key, it == data_.end() ? nullptr : &it->second, req.delta, &resp.message);
+        if (!v) {
+          resp.status = Status::Invalid;
+          reply(c, resp);
+          return;
+        }
+        data_[req.key] = storeproto::formatDecimal(*v);
+        resp.number = *v;
+        reply(c, resp);
+        wakeWaiters();
+        return;
+      }
+      case Command::Check:
+        resp.flag = missing(req.keys).empty();
+        reply(c, resp);
+        return;
+      case Command::Erase:
+        resp.flag = data_.erase(req.key) > 0;
+        reply(c, resp);
+        return;
+      case Command::Ping:
+        reply(c, resp);
+        return;
+    }
+  }
+
+  // Replies to c.waiting (a GET or WAIT) from the current state: OK, or TIMEOUT naming
+  // the keys still missing.
+  void answerWaiter(Conn& c) {
+    Response resp;
+    resp.command = c.waiting.command;
+    resp.keys = missing(c.waiting.keys);
+    if (!resp.keys.empty()) {
+      resp.status = Status::Timeout;
+    } else if (c.waiting.command == Command::Get) {
+      resp.value = data_.at(c.waiting.key);
+    }
+    if (c.parked) --parked_;
+    c.parked = false;
+    c.waiting = Request();
+    reply(c, resp);
+  }
+
+  void wakeWaiters() {
+    if (parked_ == 0) return;
+    for (auto& c : conns_) {
+      if (c->closed || !c->parked || !missing(c->waiting.keys).empty()) continue;
+      guarded(*c, [&](Conn& cc) { answerWaiter(cc); });
+    }
+  }
+
+  void expireWaiters() {
+    if (parked_ == 0) return;
+    for (auto& c : conns_) {
+      if (c->closed || !c->parked || !c->deadline.expired()) continue;
+      guarded(*c, [&](Conn& cc) { answerWaiter(cc); });
+    }
+  }
+
+  void flush(Conn& c) {
+    while (c.pendingOut() > 0) {
+      ssize_t n = ::send(c.fd.get(), c.out.data() + c.outStart, c.pendingOut(), MSG_NOSIGNAL);
+      if (n > 0) {
+        c.outStart += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) return closeConn(c, "");
+      return closeConn(c, "send: " + net::errnoString(errno));
+    }
+    releaseIfDrained(&c.out, &c.outStart);
+  }
+
+  const int listenFd_;
+  const int wakeFd_;
+  const std::string name_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  size_t parked_ = 0;
+  std::unordered_map<std::string, Bytes> data_;
+};
+
+}  // namespace
+
+// ---- server ------------------------------------------------------------------------
+
+struct TcpStoreServer::Impl {
+  std::string host;
+  uint16_t port = 0;
+  net::Fd listenFd;
+  net::Fd wakeFd;
+  std::thread thread;
+  std::mutex stopMu;
+  bool stopped = false;
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->host = host;
+  impl_->listenFd = net::listenOn(host, port);
+  impl_->port = net::localAddress(impl_->listenFd.get()).port();
+  impl_->wakeFd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!impl_->wakeFd.valid()) {
+    throwError(ErrorKind::System, "store server: eventfd: " + net::errnoString(errno));
+  }
+  const std::string name = net::joinHostPort(host, impl_->port);
+  impl_->thread = std::thread([listenFd = impl_->listenFd.get(), wakeFd = impl_->wakeFd.get(),
+                               name] { ServerLoop(listenFd, wakeFd, name).run(); });
+  TCCL_INFO("store server listening on " << name);
+}
+
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+uint16_t TcpStoreServer::port() const { return impl_->port; }
+const std::string& TcpStoreServer::host() const { return impl_->host; }
+
+void TcpStoreServer::stop() {
+  std::lock_guard<std::mutex> lock(impl_->stopMu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  const uint64_t one = 1;
+  ssize_t rc;
+  do {
+    rc = ::write(impl_->wakeFd.get(), &one, sizeof one);
+  } while (rc < 0 && errno == EINTR);
+  // The loop's connections (and so every client's socket) close when it returns.
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->listenFd.reset();
+}
+
+// ---- client ------------------------------------------------------------------------
+
+struct TcpStore::Impl {
+  std::string host;
+  uint16_t port = 0;
+  std::string address;  // "host:port", named in every error
+  std::string localIp;
+  std::mutex mu;  // one request in flight per connection
+  net::Fd fd;
+  std::string broken;  // why the connection is unusable; "" while it is fine
+
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message) {
+    fd.reset();
+    broken = message;
+    ErrorInfo info;
+    info.kind = kind;
+    info.message = message;
+    info.peerAddress = address;
+    throwError(std::move(info));
+  }
+
+  [[noreturn]] void ioFailure(const char* doing, Command c, net::IoStatus st, int err,
+                              Deadline::Clock::time_point start) {
+    const std::string what = std::string(doing) + " " + std::string(storeproto::toString(c));
+    switch (st) {
+      case net::IoStatus::Timeout:
+        fail(ErrorKind::Timeout, "the store did not respond while " + what + " (gave up after " +
+                                     std::to_string(elapsedSince(start).count()) + " ms)");
+      case net::IoStatus::Closed:
+        fail(ErrorKind::Store, "the store closed the connection while " + what);
+      default:
+        fail(ErrorKind::Store, "socket error while " + what + ": " + net::errnoString(err));
+    }
+  }
+
+  // One request, one response. Caller holds mu.
+  Response roundTrip(const Request& req, Deadline deadline) {
+    if (!broken.empty()) {
+      ErrorInfo info;
+      info.kind = ErrorKind::Store;
+      info.message = "connection unusable after an earlier failure: " + broken;
+      info.peerAddress = address;
+      throwError(std::move(info));
+    }
+    Bytes frame;
+    storeproto::encodeRequest(req, &frame);  // limits are checked before any byte is sent
+    const auto start = Deadline::Clock::now();
+    int err = 0;
+    net::IoStatus st = net::sendAll(fd.get(), frame.data(), frame.size(), deadline, nullptr, &err);
+    if (st != net::IoStatus::Ok) ioFailure("sending", req.command, st, err, start);
+
+    Bytes buf(storeproto::kHeaderBytes);
+    st = net::recvAll(fd.get(), buf.data(), buf.size(), deadline, nullptr, &err);
+    if (st != net::IoStatus::Ok) ioFailure("awaiting the reply to", req.command, st, err, start);
+    Response resp;
+    storeproto::DecodeResult r = storeproto::decodeResponse(buf.data(), buf.size(), &resp);
+    if (r.status == DecodeStatus::NeedMore) {
+      buf.resize(r.frameBytes);
+      st = net::recvAll(fd.get(), buf.data() + storeproto::kHeaderBytes,
+                        buf.size() - storeproto::kHeaderBytes, deadline, nullptr, &err);
+      if (st != net::IoStatus::Ok) ioFailure("reading the reply to", req.command, st, err, start);
+      r = storeproto::decodeResponse(buf.data(), buf.size(), &resp);
+    }
+    if (r.status != DecodeStatus::Ok) {
+      fail(ErrorKind::Store, "bad reply to " + std::string(storeproto::toString(req.command)) +
+                                 ": " + (r.error.empty() ? "incomplete frame" : r.error));
+    }
+    if (resp.command != req.command) {
+      fail(ErrorKind::Store, "reply to " + std::string(storeproto::toString(req.command)) +
+                                 " is for " + std::string(storeproto::toString(resp.command)));
+    }
+    if (resp.status == Status::Invalid) {
+      ErrorInfo info;
+      info.kind = ErrorKind::InvalidArgument;
+      info.message = resp.message;
+      info.peerAddress = address;
+      throwError(std::move(info));
+    }
+    return resp;
+  }
+
+  // A non-waiting request: bounded by the store's timeout.
+  Response simple(Request req, std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu);
+    return roundTrip(req, storeproto::deadlineAfter(timeout));
+  }
+
+  // GET / WAIT: the server waits up to timeout; the client a little longer.
+  Response waiting(Request req, std::chrono::milliseconds timeout, std::string_view op) {
+    const auto start = Deadline::Clock::now();
+    req.timeoutMs = timeout.count() < 0 ? -1 : timeout.count();
+    const bool never =
+        timeout.count() < 0 ||
+        timeout.count() > std::chrono::milliseconds::max().count() - kServerGrace.count();
+    Response resp;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      resp = roundTrip(
+          req, never ? Deadline::never() : storeproto::deadlineAfter(timeout + kServerGrace));
+    }
+    if (resp.status == Status::Timeout) {
+      storeproto::throwStoreTimeout(op, resp.keys, timeout, elapsedSince(start), address);
+    }
+    return resp;
+  }
+};
+
+TcpStore::TcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds connectTimeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->host = host;
+  impl_->port = port;
+  impl_->address = net::joinHostPort(host, port);
+  const Deadline deadline = storeproto::deadlineAfter(connectTimeout);
+  impl_->fd = net::connectWithRetry(host, port, deadline);
+  impl_->localIp = net::localAddress(impl_->fd.get()).ip();
+  // A PING proves the listener speaks this protocol and version before anyone relies
+  // on it.
+  Request ping;
+  ping.command = Command::Ping;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->roundTrip(ping, deadline);
+}
+
+TcpStore::~TcpStore() = default;
+
+const std::string& TcpStore::host() const { return impl_->host; }
+uint16_t TcpStore::port() const { return impl_->port; }
+std::string TcpStore::localAddress() const { return impl_->localIp; }
+
+void TcpStore::set(const std::string& key, const Bytes& value) {
+  Request req;
+  req.command = Command::Set;
+  req.key = key;
+  req.value = value;
+  impl_->simple(std::move(req), timeout());
+}
+
+Bytes TcpStore::get(const std::string& key) {
+  Request req;
+  req.command = Command::Get;
+  req.key = key;
+  return std::move(impl_->waiting(std::move(req), timeout(), "get").value);
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  Request req;
+  req.command = Command::Add;
+  req.key = key;
+  req.delta = delta;
+  return impl_->simple(std::move(req), timeout()).number;
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  Request req;
+  req.command = Command::Check;
+  req.keys = keys;
+  return impl_->simple(std::move(req), timeout()).flag;
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  Request req;
+  req.command = Command::Wait;
+  req.keys = keys;
+  impl_->waiting(std::move(req), timeout, "wait");
+}
+
+bool TcpStore::erase(const std::string& key) {
+  Request req;
+  req.command = Command::Erase;
+  req.key = key;
+  return impl_->simple(std::move(req), timeout()).flag;
+}
+
+}  // namespace tccl
