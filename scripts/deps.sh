@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tccl needs, only those missing (needs root or sudo).
+# Usage: scripts/deps.sh build|test
+set -euo pipefail
+want=(cmake ninja-build g++ make)
+if [ "${1:-build}" = test ]; then
+  want+=(libgtest-dev)
+fi
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "tccl: installing missing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

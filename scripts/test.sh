@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds tccl and runs every test: unit, multi-process, package (find_package) and
+# CLI tests in a warnings-as-errors build, then the suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded unit tests under
+# ThreadSanitizer. Set TCCL_TEST_QUICK=1 to skip the sanitizer builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh test
+jobs=$(nproc)
+
+run_suite() {  # build-dir, cmake args..., then "--" ctest args
+  local dir=$1; shift
+  local cmake_args=() ctest_args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do cmake_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  ctest_args=("$@")
+  echo "== tccl: building $dir (${cmake_args[*]})"
+  cmake -S . -B "$dir" -G Ninja -DTCCL_WERROR=ON "${cmake_args[@]}" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  echo "== tccl: testing $dir"
+  (cd "$dir" && ctest --output-on-failure --timeout 600 "${ctest_args[@]}")
+}
+
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
+if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug "-DTCCL_SANITIZE=address,undefined" -- -LE package
+  run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DTCCL_SANITIZE=thread -- -L unit
+fi
+echo "== tccl: all test suites passed"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The tccl CLI as a user sees it: the demo's report and figures, its JSON, its
+# failure report, and its one-line errors with exit status 2. Every run is bounded.
+set -uo pipefail
+tccl=$1
+fails=0
+pass=0
+check() {  # description, command...; the command's exit status decides
+  local what=$1; shift
+  if "$@"; then pass=$((pass + 1)); else echo "FAILED: $what"; fails=$((fails + 1)); fi
+}
+run() { timeout 120 "$tccl" "$@"; }
+
+out8=$(run demo --world 8); rc=$?
+echo "$out8"
+check "demo --world 8 exits 0" test $rc -eq 0
+check "demo --world 8 passes" grep -q "correctness: PASS (every rank's result == sum 1..8 = 36)" <<<"$out8"
+check "demo --world 8 ring bytes" grep -q "ring=1,120,000   naive_allgather=4,480,000" <<<"$out8"
+check "demo --world 8 bound ratio" grep -q "bound: 1.00x" <<<"$out8"
+check "demo --world 8 shows 4.0x" grep -q "ring moves 4.0x fewer bytes" <<<"$out8"
+check "demo prints wire bytes" grep -q "wire bytes/rank" <<<"$out8"
+check "demo prints times" grep -q "time (median" <<<"$out8"
+
+out4=$(run demo --world 4); rc=$?
+check "demo --world 4 exits 0" test $rc -eq 0
+check "demo --world 4 shows 2.0x" grep -q "ring moves 2.0x fewer bytes" <<<"$out4"
+
+out=$(run demo --world 5 --size 100003 --dtype int32 --op max); rc=$?
+check "demo int32 max exits 0" test $rc -eq 0
+check "demo int32 max value" grep -q "max 1..5 = 5" <<<"$out"
+
+json=$(run demo --world 3 --size 1000 --dtype float32 --op avg --json); rc=$?
+echo "$json"
+check "demo --json exits 0" test $rc -eq 0
+check "demo --json is JSON with the measured bytes" /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["correct"] and d["world"] == 3 and d["count"] == 1000, d
+# chunks of 1000 over 3 ranks: 334, 333, 333; the busiest rank sends (2000-333-333)*4
+assert d["ring"]["payload_bytes_per_rank"] == 5336, d["ring"]
+assert d["naive"]["payload_bytes_per_rank"] == 8000, d["naive"]
+' "$json"
+
+out=$(run demo --world 3 --size 1000 --inject-error 1); rc=$?
+echo "$out"
+check "a wrong result exits non-zero" test $rc -eq 1
+check "a wrong result names rank, index, expected, actual" grep -q "FAIL (ring: rank 1 index 500: expected 6, got 7)" <<<"$out"
+
+for bad in "--world 0" "--world -3" "--size -1" "--dtype float16x" "--op median" "--bogus" "--world"; do
+  err=$(run demo $bad 2>&1 >/dev/null); rc=$?
+  check "demo $bad exits 2" test $rc -eq 2
+  check "demo $bad prints one line" test "$(wc -l <<<"$err")" -eq 1
+done
+
+out=$(run bench --world 2 --sizes 8,1M --iters 3 --warmup 1); rc=$?
+echo "$out"
+check "bench exits 0" test $rc -eq 0
+check "bench reports no wrong elements" awk '!/^#/ && NF>=9 { if ($9 != 0) exit 1 }' <<<"$out"
+
+echo "$pass passed, $fails failed"
+test $fails -eq 0
