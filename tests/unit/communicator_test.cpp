@@ -1,0 +1,216 @@
+// The Communicator API in one process: ranks as threads over an in-process HashStore
+// (or a FileStore), real loopback sockets between them. Two or more communicators in
+// one process must be independent (no global state).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "tccl/tccl.hpp"
+
+using namespace tccl;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs fn(rank) on n threads, each with its own Communicator over `store`.
+void runRanks(int n, const std::shared_ptr<Store>& store, const std::function<void(Communicator&)>& fn,
+              CommOptions opts = {}) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(store, r, n, opts);
+        fn(comm);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
+TEST(Communicator, ThreeRanksAsThreadsRingAndNaiveInAndOutOfPlace) {
+  auto store = std::make_shared<HashStore>();
+  runRanks(3, store, [](Communicator& comm) {
+    const int r = comm.rank();
+    EXPECT_EQ(comm.size(), 3);
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Naive}) {
+      std::vector<int64_t> in(1001), out(1001, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i) * (r + 1);
+      comm.allreduce(in.data(), out.data(), in.size(), DataType::Int64, ReduceOp::Sum, {algo, std::nullopt});
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<int64_t>(i) * 6) << i;
+      comm.allreduce(std::span<int64_t>(in), ReduceOp::Max, {algo, std::nullopt});
+      for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<int64_t>(i) * 3) << i;
+      EXPECT_EQ(comm.lastCall().algorithm, toString(algo));
+    }
+  });
+}
+
+TEST(Communicator, TwoIndependentCommunicatorsPerProcessOnOneStore) {
+  // Ranks 0 and 1 of communicator "a" and of communicator "b" share threads and store.
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions a, b;
+      a.name = "a";
+      b.name = "b";
+      Communicator ca(store, r, 2, a), cb(store, r, 2, b);
+      float x = 1.0f + static_cast<float>(r), y = 10.0f * (1.0f + static_cast<float>(r));
+      cb.allreduce(&y, 1, DataType::Float32, ReduceOp::Sum);
+      ca.allreduce(&x, 1, DataType::Float32, ReduceOp::Sum);
+      bad += (x != 3.0f) + (y != 30.0f);
+      bad += ca.listenAddress() == cb.listenAddress();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(Communicator, FileStoreRendezvous) {
+  char tmpl[] = "/tmp/tccl-comm-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/store";
+  {
+    auto s0 = std::make_shared<FileStore>(path);
+    auto s1 = std::make_shared<FileStore>(path);
+    std::vector<std::thread> threads;
+    std::atomic<int> bad{0};
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        Communicator comm(r == 0 ? std::shared_ptr<Store>(s0) : s1, r, 2);
+        double v = r + 1.0;
+        comm.allreduce(&v, 1, DataType::Float64, ReduceOp::Avg);
+        bad += v != 1.5;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(bad.load(), 0);
+  }
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(Communicator, LastCallReportsAlgorithmSequenceAndBytes) {
+  auto store = std::make_shared<HashStore>();
+  runRanks(4, store, [](Communicator& comm) {
+    std::vector<float> v(4000, 1.0f);
+    EXPECT_EQ(comm.sequence(), 0);
+    comm.allreduce(std::span<float>(v), ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
+    const CallStats& cs = comm.lastCall();
+    EXPECT_EQ(cs.collective, "allreduce");
+    EXPECT_EQ(cs.algorithm, "ring");
+    EXPECT_EQ(cs.seq, 0);
+    EXPECT_EQ(cs.count, 4000u);
+    EXPECT_EQ(cs.bytes, 16000u);
+    EXPECT_GT(cs.seconds, 0.0);
+    // 2(N-1)/N x V = 1.5 x 16000, to the next rank only.
+    EXPECT_EQ(cs.traffic.total().payloadSent, 24000u);
+    EXPECT_EQ(cs.traffic.perPeer.at((comm.rank() + 1) % 4).payloadSent, 24000u);
+    // The ring connected exactly its two neighbours.
+    EXPECT_EQ(comm.stats().perPeer.size(), 2u);
+    EXPECT_EQ(comm.sequence(), 1);
+    comm.resetStats();
+    EXPECT_EQ(comm.stats().total().payloadSent, 0u);
+  });
+}
+
+TEST(Communicator, PerCallTimeoutNamesTheSilentPeerAndAbortsTheCommunicator) {
+  auto store = std::make_shared<HashStore>();
+  std::atomic<bool> done{false};
+  std::thread silent([&] {
+    Communicator comm(store, 1, 2);  // joins, then never calls the collective
+    while (!done) std::this_thread::sleep_for(1ms);
+  });
+  Communicator comm(store, 0, 2);
+  std::vector<float> v(1000, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    comm.allreduce(std::span<float>(v), ReduceOp::Sum, {Algorithm::Ring, 300ms});
+    ADD_FAILURE() << "no timeout";
+  } catch (const TimeoutError& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    EXPECT_EQ(e.rank(), 0);
+    EXPECT_EQ(e.peer(), 1);
+    EXPECT_EQ(e.info().timeoutMs, 300);
+    EXPECT_EQ(e.info().collective, "allreduce");
+    EXPECT_EQ(e.info().algorithm, "ring");
+    EXPECT_GE(ms.count(), 290);
+    EXPECT_LT(ms.count(), 600) << "within 2x the timeout";
+  }
+  EXPECT_THROW(comm.allreduce(std::span<float>(v)), AbortedError);
+  done = true;
+  silent.join();
+}
+
+TEST(Communicator, InvalidArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
+  auto store = std::make_shared<HashStore>();
+  EXPECT_THROW(Communicator(store, 2, 2), InvalidArgumentError);
+  EXPECT_THROW(Communicator(store, -1, 2), InvalidArgumentError);
+  EXPECT_THROW(Communicator(store, 0, 0), InvalidArgumentError);
+  EXPECT_THROW(Communicator(nullptr, 0, 1), InvalidArgumentError);
+  Communicator comm(store, 0, 1);
+  std::vector<float> v(8, 2.0f);
+  EXPECT_THROW(comm.allreduce(nullptr, v.data(), 8, DataType::Float32, ReduceOp::Sum), InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), v.data() + 1, 4, DataType::Float32, ReduceOp::Sum), InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), 8, static_cast<DataType>(42), ReduceOp::Sum), InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), 8, DataType::Float32, static_cast<ReduceOp>(42)), InvalidArgumentError);
+  // Still usable: world 1 is the identity (avg divides by 1).
+  comm.allreduce(v.data(), 8, DataType::Float32, ReduceOp::Avg);
+  EXPECT_EQ(v[7], 2.0f);
+  comm.allreduce(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0 is fine
+}
+
+TEST(Communicator, AutoChoiceAndTheEnvironmentOverride) {
+  auto store = std::make_shared<HashStore>();
+  runRanks(3, store, [](Communicator& comm) {
+    std::string why;
+    EXPECT_EQ(comm.chooseAllreduceAlgorithm(8, &why), Algorithm::Naive);
+    EXPECT_NE(why.find("cost model"), std::string::npos) << why;
+    EXPECT_EQ(comm.chooseAllreduceAlgorithm(64 << 20), Algorithm::Ring);
+    std::vector<double> v(10, 1.0);
+    comm.allreduce(std::span<double>(v));
+    EXPECT_EQ(comm.lastCall().algorithm, "naive");
+  });
+  setenv("TCCL_ALGO", "allreduce:ring", 1);
+  auto store2 = std::make_shared<HashStore>();
+  runRanks(3, store2, [](Communicator& comm) {
+    std::string why;
+    EXPECT_EQ(comm.chooseAllreduceAlgorithm(8, &why), Algorithm::Ring);
+    EXPECT_EQ(why, "TCCL_ALGO");
+    std::vector<double> v(10, 1.0);
+    comm.allreduce(std::span<double>(v));
+    EXPECT_EQ(comm.lastCall().algorithm, "ring");
+    EXPECT_EQ(v[0], 3.0);
+  });
+  unsetenv("TCCL_ALGO");
+}
+
+TEST(Communicator, FromEnvironmentNeedsRankWorldAndStore) {
+  for (const char* v : {"TCCL_RANK", "TCCL_WORLD_SIZE", "RANK", "WORLD_SIZE", "TCCL_STORE", "MASTER_ADDR", "MASTER_PORT"}) {
+    unsetenv(v);
+  }
+  EXPECT_THROW(Communicator::fromEnv(), InvalidArgumentError);
+  setenv("TCCL_RANK", "0", 1);
+  setenv("TCCL_WORLD_SIZE", "1", 1);
+  EXPECT_THROW(Communicator::fromEnv(), InvalidArgumentError);  // no store
+  TcpStoreServer server("127.0.0.1", 0);
+  setenv("TCCL_STORE", ("127.0.0.1:" + std::to_string(server.port())).c_str(), 1);
+  Communicator comm = Communicator::fromEnv();
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.size(), 1);
+  setenv("TCCL_RANK", "x", 1);
+  EXPECT_THROW(Communicator::fromEnv(), InvalidArgumentError);
+  for (const char* v : {"TCCL_RANK", "TCCL_WORLD_SIZE", "TCCL_STORE"}) unsetenv(v);
+}
+
+}  // namespace
