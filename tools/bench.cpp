@@ -19,8 +19,8 @@
 namespace tccl::cli {
 namespace {
 
-const std::vector<std::string> kValueOptions = {"world", "sizes", "dtype", "op", "algo", "iters",
-                                                "warmup", "timeout-ms", "segment-bytes"};
+const std::vector<std::string> kValueOptions = {
+    "world", "sizes", "dtype", "op", "algo", "iters", "warmup", "timeout-ms", "segment-bytes"};
 const std::vector<std::string> kFlags = {"json"};
 
 struct BenchConfig {
@@ -74,17 +74,18 @@ int runWorker(const BenchConfig& c) {
   ao.algorithm = c.algo;
   char line[512];
   if (comm.rank() == 0 && !c.json) {
-    std::printf("# tccl bench: world %d, dtype %s, op %s, algo %s, %d warm-up + %d timed iterations\n", n,
-                std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
-                std::string(toString(c.algo)).c_str(), c.warmup, c.iters);
-    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "size", "count", "type", "redop", "algo",
-                "time(us)", "algbw", "busbw", "#wrong", "bytes/rank", "/bound");
-    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "(B)", "(elements)", "", "", "", "", "(GB/s)",
-                "(GB/s)", "", "(sent)", "");
+    std::printf(
+        "# tccl bench: world %d, dtype %s, op %s, algo %s, %d warm-up + %d timed iterations\n", n,
+        std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
+        std::string(toString(c.algo)).c_str(), c.warmup, c.iters);
+    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "size", "count", "type",
+                "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "bytes/rank", "/bound");
+    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "(B)", "(elements)", "",
+                "", "", "", "(GB/s)", "(GB/s)", "", "(sent)", "");
   }
   std::ostringstream js;
-  js << "{\"world\": " << n << ", \"dtype\": \"" << toString(c.dtype) << "\", \"op\": \"" << toString(c.op)
-     << "\", \"results\": [";
+  js << "{\"world\": " << n << ", \"dtype\": \"" << toString(c.dtype) << "\", \"op\": \""
+     << toString(c.op) << "\", \"results\": [";
   bool firstRow = true;
   for (uint64_t bytes : c.sizes) {
     const size_t count = std::max<size_t>(1, bytes / elem);
@@ -103,11 +104,14 @@ int runWorker(const BenchConfig& c) {
       wrong += 1;
       off += bad->index + 1;
     }
-    for (int i = 0; i < c.warmup; ++i) comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
+    for (int i = 0; i < c.warmup; ++i)
+      comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
     maxOverRanks(comm, 0);  // line the ranks up before timing
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < c.iters; ++i) comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / c.iters;
+    for (int i = 0; i < c.iters; ++i)
+      comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
+    double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / c.iters;
     sec = maxOverRanks(comm, sec);
     wrong = maxOverRanks(comm, wrong);
     const double maxSent = maxOverRanks(comm, sentBytes);
@@ -117,14 +121,17 @@ int runWorker(const BenchConfig& c) {
     const double ratio = bound > 0 ? maxSent / bound : 0;
     if (comm.rank() == 0) {
       if (c.json) {
-        js << (firstRow ? "" : ", ") << "{\"size\": " << realBytes << ", \"count\": " << count << ", \"algo\": \""
-           << algoRan << "\", \"time_us\": " << sec * 1e6 << ", \"algbw_gbps\": " << algbw
-           << ", \"busbw_gbps\": " << busbw << ", \"wrong\": " << wrong << ", \"bytes_per_rank\": " << maxSent
+        js << (firstRow ? "" : ", ") << "{\"size\": " << realBytes << ", \"count\": " << count
+           << ", \"algo\": \"" << algoRan << "\", \"time_us\": " << sec * 1e6
+           << ", \"algbw_gbps\": " << algbw << ", \"busbw_gbps\": " << busbw
+           << ", \"wrong\": " << wrong << ", \"bytes_per_rank\": " << maxSent
            << ", \"ratio_to_bound\": " << ratio << "}";
       } else {
-        std::snprintf(line, sizeof line, "  %12zu %12zu %8s %6s %6s %12.2f %10.3f %10.3f %7.0f %14.0f %7.3f\n",
-                      realBytes, count, std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
-                      algoRan.c_str(), sec * 1e6, algbw, busbw, wrong, maxSent, ratio);
+        std::snprintf(line, sizeof line,
+                      "  %12zu %12zu %8s %6s %6s %12.2f %10.3f %10.3f %7.0f %14.0f %7.3f\n",
+                      realBytes, count, std::string(toString(c.dtype)).c_str(),
+                      std::string(toString(c.op)).c_str(), algoRan.c_str(), sec * 1e6, algbw, busbw,
+                      wrong, maxSent, ratio);
         std::fputs(line, stdout);
         std::fflush(stdout);
       }

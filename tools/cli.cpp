@@ -75,11 +75,16 @@ uint64_t parseSize(const std::string& s) {
   if (end == s.c_str() || errno != 0) throw UsageError{"bad size '" + s + "'"};
   std::string suffix(end);
   uint64_t mult = 1;
-  if (suffix == "" || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
-  else throw UsageError{"bad size suffix in '" + s + "' (use K, M or G)"};
+  if (suffix == "" || suffix == "B")
+    mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB")
+    mult = 1ull << 30;
+  else
+    throw UsageError{"bad size suffix in '" + s + "' (use K, M or G)"};
   return x * mult;
 }
 
@@ -97,7 +102,8 @@ DataType Args::getDataType(const std::string& name, DataType dflt) const {
   auto v = get(name);
   if (!v) return dflt;
   auto t = parseDataType(*v);
-  if (!t) throw UsageError{"unknown dtype '" + *v + "' (expected float32, float64, int32 or int64)"};
+  if (!t)
+    throw UsageError{"unknown dtype '" + *v + "' (expected float32, float64, int32 or int64)"};
   return *t;
 }
 
@@ -144,19 +150,30 @@ std::string formatBytes(double b) {
 
 void fill(void* buf, size_t count, DataType dtype, double value) {
   switch (dtype) {
-    case DataType::Float32: std::fill_n(static_cast<float*>(buf), count, static_cast<float>(value)); break;
-    case DataType::Float64: std::fill_n(static_cast<double*>(buf), count, value); break;
-    case DataType::Int32: std::fill_n(static_cast<int32_t*>(buf), count, static_cast<int32_t>(value)); break;
-    case DataType::Int64: std::fill_n(static_cast<int64_t*>(buf), count, static_cast<int64_t>(value)); break;
+    case DataType::Float32:
+      std::fill_n(static_cast<float*>(buf), count, static_cast<float>(value));
+      break;
+    case DataType::Float64:
+      std::fill_n(static_cast<double*>(buf), count, value);
+      break;
+    case DataType::Int32:
+      std::fill_n(static_cast<int32_t*>(buf), count, static_cast<int32_t>(value));
+      break;
+    case DataType::Int64:
+      std::fill_n(static_cast<int64_t*>(buf), count, static_cast<int64_t>(value));
+      break;
   }
 }
 
 double expectedConstant(int n, DataType dtype, ReduceOp op) {
   const bool isInt = dtype == DataType::Int32 || dtype == DataType::Int64;
   switch (op) {
-    case ReduceOp::Sum: return static_cast<double>(n) * (n + 1) / 2;
-    case ReduceOp::Min: return 1;
-    case ReduceOp::Max: return n;
+    case ReduceOp::Sum:
+      return static_cast<double>(n) * (n + 1) / 2;
+    case ReduceOp::Min:
+      return 1;
+    case ReduceOp::Max:
+      return n;
     case ReduceOp::Avg: {
       int64_t sum = int64_t{n} * (n + 1) / 2;
       return isInt ? static_cast<double>(sum / n) : static_cast<double>(sum) / n;
@@ -186,8 +203,9 @@ template <typename T>
 std::optional<Mismatch> scan(const T* p, size_t n, double expected, double relTol) {
   for (size_t i = 0; i < n; ++i) {
     const double v = static_cast<double>(p[i]);
-    const bool ok = relTol == 0 ? p[i] == static_cast<T>(expected)
-                                : std::fabs(v - expected) <= relTol * std::max(1.0, std::fabs(expected));
+    const bool ok = relTol == 0
+                        ? p[i] == static_cast<T>(expected)
+                        : std::fabs(v - expected) <= relTol * std::max(1.0, std::fabs(expected));
     if (!ok) return Mismatch{i, v};
   }
   return std::nullopt;
@@ -195,12 +213,17 @@ std::optional<Mismatch> scan(const T* p, size_t n, double expected, double relTo
 
 }  // namespace
 
-std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype, double expected) {
+std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype,
+                                      double expected) {
   switch (dtype) {
-    case DataType::Float32: return scan(static_cast<const float*>(buf), count, expected, 1e-5);
-    case DataType::Float64: return scan(static_cast<const double*>(buf), count, expected, 1e-12);
-    case DataType::Int32: return scan(static_cast<const int32_t*>(buf), count, expected, 0);
-    case DataType::Int64: return scan(static_cast<const int64_t*>(buf), count, expected, 0);
+    case DataType::Float32:
+      return scan(static_cast<const float*>(buf), count, expected, 1e-5);
+    case DataType::Float64:
+      return scan(static_cast<const double*>(buf), count, expected, 1e-12);
+    case DataType::Int32:
+      return scan(static_cast<const int32_t*>(buf), count, expected, 0);
+    case DataType::Int64:
+      return scan(static_cast<const int64_t*>(buf), count, expected, 0);
   }
   return std::nullopt;
 }
@@ -217,10 +240,14 @@ std::string formatValue(double v, DataType dtype) {
 
 std::string elementNoun(DataType dtype) {
   switch (dtype) {
-    case DataType::Float32: return "floats";
-    case DataType::Float64: return "doubles";
-    case DataType::Int32: return "int32s";
-    case DataType::Int64: return "int64s";
+    case DataType::Float32:
+      return "floats";
+    case DataType::Float64:
+      return "doubles";
+    case DataType::Int32:
+      return "int32s";
+    case DataType::Int64:
+      return "int64s";
   }
   return "elements";
 }

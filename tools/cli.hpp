@@ -56,7 +56,8 @@ struct Mismatch {
   size_t index;
   double actual;
 };
-std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype, double expected);
+std::optional<Mismatch> firstMismatch(const void* buf, size_t count, DataType dtype,
+                                      double expected);
 std::string formatValue(double v, DataType dtype);
 
 // Plural element names for reports: "doubles", "floats", "int32s", "int64s".

@@ -17,8 +17,8 @@
 namespace tccl::cli {
 namespace {
 
-const std::vector<std::string> kValueOptions = {"world", "size", "dtype", "op", "iters", "timeout-ms",
-                                                "segment-bytes", "inject-error"};
+const std::vector<std::string> kValueOptions = {
+    "world", "size", "dtype", "op", "iters", "timeout-ms", "segment-bytes", "inject-error"};
 const std::vector<std::string> kFlags = {"json"};
 
 struct DemoConfig {
@@ -44,9 +44,13 @@ DemoConfig parseDemo(const Args& a) {
   c.segmentBytes = a.getInt("segment-bytes", 0);
   c.injectRank = static_cast<int>(a.getInt("inject-error", -1));
   c.json = a.flag("json");
-  if (c.world < 1) throw UsageError{"--world must be at least 1 (got " + std::to_string(c.world) + ")"};
-  if (c.world > 256) throw UsageError{"--world must be at most 256 on one machine (got " + std::to_string(c.world) + ")"};
-  if (c.size < 0) throw UsageError{"--size must not be negative (got " + std::to_string(c.size) + ")"};
+  if (c.world < 1)
+    throw UsageError{"--world must be at least 1 (got " + std::to_string(c.world) + ")"};
+  if (c.world > 256)
+    throw UsageError{"--world must be at most 256 on one machine (got " + std::to_string(c.world) +
+                     ")"};
+  if (c.size < 0)
+    throw UsageError{"--size must not be negative (got " + std::to_string(c.size) + ")"};
   if (c.iters < 1) throw UsageError{"--iters must be at least 1"};
   if (c.timeoutMs < 1) throw UsageError{"--timeout-ms must be positive"};
   if (c.segmentBytes < 0) throw UsageError{"--segment-bytes must not be negative"};
@@ -79,7 +83,8 @@ int runWorker(const DemoConfig& c) {
     // The verified call: its counters include the connection handshakes.
     comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
     const PeerCounters first = comm.lastCall().traffic.total();
-    if (c.injectRank == r && count > 0) fill(out.data() + (count / 2) * elem, 1, c.dtype, expected + 1);
+    if (c.injectRank == r && count > 0)
+      fill(out.data() + (count / 2) * elem, 1, c.dtype, expected + 1);
     if (auto bad = firstMismatch(out.data(), count, c.dtype, expected)) {
       rec[name + "_bad_index"] = std::to_string(bad->index);
       rec[name + "_bad_actual"] = formatValue(bad->actual, c.dtype);
@@ -161,7 +166,8 @@ int runParent(const DemoConfig& c, const std::vector<std::string>& rawArgs) {
   // Crashed or failed workers.
   std::vector<std::string> failures;
   for (const auto& ch : children) {
-    if (!ch.ok()) failures.push_back("rank " + std::to_string(ch.index) + " " + ch.describe());
+    if (!ch.ok())
+      failures.push_back("rank " + std::to_string(ch.index) + " " + ch.describe());
     else if (!reports[static_cast<size_t>(ch.index)].present)
       failures.push_back("rank " + std::to_string(ch.index) + " reported nothing");
   }
@@ -200,49 +206,59 @@ int runParent(const DemoConfig& c, const std::vector<std::string>& rawArgs) {
   const double naiveTime = maxReal("naive_median_s");
   const double bound = algo::allreduceBoundBytes(count, elem, n);
   const double ratioToBound = bound > 0 ? static_cast<double>(ringBytes) / bound : 0;
-  const double advantage = ringBytes > 0 ? static_cast<double>(naiveBytes) / static_cast<double>(ringBytes) : 0;
+  const double advantage =
+      ringBytes > 0 ? static_cast<double>(naiveBytes) / static_cast<double>(ringBytes) : 0;
 
   char buf[256];
   if (c.json) {
     std::ostringstream js;
     js << "{\"world\": " << n << ", \"count\": " << count << ", \"dtype\": \"" << toString(c.dtype)
        << "\", \"op\": \"" << toString(c.op) << "\", \"vector_bytes\": " << count * elem
-       << ", \"correct\": " << (pass ? "true" : "false") << ", \"expected\": " << formatValue(expected, c.dtype);
+       << ", \"correct\": " << (pass ? "true" : "false")
+       << ", \"expected\": " << formatValue(expected, c.dtype);
     if (!wrong.empty()) js << ", \"first_wrong\": \"" << wrong << "\"";
     js << ", \"failures\": [";
-    for (size_t i = 0; i < failures.size(); ++i) js << (i ? ", " : "") << "\"" << failures[i] << "\"";
-    js << "], \"bound_bytes\": " << bound << ", \"ring\": {\"payload_bytes_per_rank\": " << ringBytes
+    for (size_t i = 0; i < failures.size(); ++i)
+      js << (i ? ", " : "") << "\"" << failures[i] << "\"";
+    js << "], \"bound_bytes\": " << bound
+       << ", \"ring\": {\"payload_bytes_per_rank\": " << ringBytes
        << ", \"wire_bytes_per_rank\": " << ringWire << ", \"handshake_bytes\": " << ringHandshake
        << ", \"median_seconds\": " << ringTime << ", \"ratio_to_bound\": " << ratioToBound
-       << "}, \"naive\": {\"payload_bytes_per_rank\": " << naiveBytes << ", \"wire_bytes_per_rank\": " << naiveWire
-       << ", \"handshake_bytes\": " << naiveHandshake << ", \"median_seconds\": " << naiveTime
-       << "}, \"naive_over_ring_bytes\": " << advantage << ", \"iters\": " << c.iters
-       << ", \"wall_seconds\": " << wall << "}";
+       << "}, \"naive\": {\"payload_bytes_per_rank\": " << naiveBytes
+       << ", \"wire_bytes_per_rank\": " << naiveWire << ", \"handshake_bytes\": " << naiveHandshake
+       << ", \"median_seconds\": " << naiveTime << "}, \"naive_over_ring_bytes\": " << advantage
+       << ", \"iters\": " << c.iters << ", \"wall_seconds\": " << wall << "}";
     std::cout << js.str() << std::endl;
   } else {
-    std::cout << "ring all-reduce: world=" << n << ", vector=" << count << " " << elementNoun(c.dtype) << "\n";
+    std::cout << "ring all-reduce: world=" << n << ", vector=" << count << " "
+              << elementNoun(c.dtype) << "\n";
     if (pass) {
       std::cout << "  correctness: PASS (every rank's result == " << opPhrase(c.op, n) << " = "
                 << formatValue(expected, c.dtype) << ")\n";
     } else {
-      std::cout << "  correctness: FAIL (" << (wrong.empty() ? "" : wrong) << (wrong.empty() || failures.empty() ? "" : "; ");
+      std::cout << "  correctness: FAIL (" << (wrong.empty() ? "" : wrong)
+                << (wrong.empty() || failures.empty() ? "" : "; ");
       for (size_t i = 0; i < failures.size(); ++i) std::cout << (i ? "; " : "") << failures[i];
       std::cout << ")\n";
     }
-    std::cout << "  bytes/rank moved : ring=" << withCommas(ringBytes) << "   naive_allgather=" << withCommas(naiveBytes)
-              << "\n";
+    std::cout << "  bytes/rank moved : ring=" << withCommas(ringBytes)
+              << "   naive_allgather=" << withCommas(naiveBytes) << "\n";
     if (bound > 0) {
       std::snprintf(buf, sizeof buf, "%.2fx", ratioToBound);
-      std::cout << "  per-rank volume vs 2(N-1)/N*V bound: " << buf << "  (1.00 = bandwidth-optimal)\n";
+      std::cout << "  per-rank volume vs 2(N-1)/N*V bound: " << buf
+                << "  (1.00 = bandwidth-optimal)\n";
       std::snprintf(buf, sizeof buf, "%.1fx", advantage);
       std::cout << "  ring moves " << buf << " fewer bytes than naive all-gather\n";
     } else {
-      std::cout << "  per-rank volume vs 2(N-1)/N*V bound: n/a (a world of 1 or an empty vector moves nothing)\n";
+      std::cout << "  per-rank volume vs 2(N-1)/N*V bound: n/a (a world of 1 or an empty vector "
+                   "moves nothing)\n";
     }
-    std::cout << "  wire bytes/rank (payload + " << 24 << " B headers): ring=" << withCommas(ringWire)
-              << "   naive=" << withCommas(naiveWire) << "   (+ handshakes: ring " << ringHandshake << " B, naive "
-              << naiveHandshake << " B)\n";
-    std::snprintf(buf, sizeof buf, "  time (median of %d, slowest rank): ring=%.3f ms   naive=%.3f ms", c.iters,
+    std::cout << "  wire bytes/rank (payload + " << 24
+              << " B headers): ring=" << withCommas(ringWire)
+              << "   naive=" << withCommas(naiveWire) << "   (+ handshakes: ring " << ringHandshake
+              << " B, naive " << naiveHandshake << " B)\n";
+    std::snprintf(buf, sizeof buf,
+                  "  time (median of %d, slowest rank): ring=%.3f ms   naive=%.3f ms", c.iters,
                   ringTime * 1e3, naiveTime * 1e3);
     std::cout << buf << "\n";
     (void)V;

@@ -37,17 +37,22 @@ struct CommOptions {
 };
 
 struct AllreduceOptions {
-  Algorithm algorithm = Algorithm::Auto;  // TCCL_ALGO applies when this is Auto
+  Algorithm algorithm = Algorithm::Auto;             // TCCL_ALGO applies when this is Auto
   std::optional<std::chrono::milliseconds> timeout;  // default: the communicator's
 };
 
 template <typename T>
 constexpr DataType dataTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DataType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::Float64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DataType::Int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DataType::Int64;
-  else static_assert(sizeof(T) == 0, "tccl: unsupported element type");
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DataType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DataType::Int64;
+  else
+    static_assert(sizeof(T) == 0, "tccl: unsupported element type");
 }
 
 class Communicator {
@@ -78,13 +83,16 @@ class Communicator {
     allreduce(buf, buf, count, dtype, op, options);
   }
   template <typename T>
-  void allreduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum, const AllreduceOptions& options = {}) {
-    allreduce(buf.data(), buf.data(), buf.size(), dataTypeOf<std::remove_const_t<T>>(), op, options);
+  void allreduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum,
+                 const AllreduceOptions& options = {}) {
+    allreduce(buf.data(), buf.data(), buf.size(), dataTypeOf<std::remove_const_t<T>>(), op,
+              options);
   }
   template <typename T>
   void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum,
                  const AllreduceOptions& options = {}) {
-    if (in.size() != out.size()) throwError(ErrorKind::InvalidArgument, "allreduce: input and output sizes differ", rank());
+    if (in.size() != out.size())
+      throwError(ErrorKind::InvalidArgument, "allreduce: input and output sizes differ", rank());
     allreduce(in.data(), out.data(), in.size(), dataTypeOf<T>(), op, options);
   }
 

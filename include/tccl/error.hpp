@@ -60,9 +60,9 @@ class Error : public std::runtime_error {
   ErrorInfo info_;
 };
 
-#define TCCL_DEFINE_ERROR(Name)                         \
-  class Name : public Error {                           \
-   public:                                              \
+#define TCCL_DEFINE_ERROR(Name)                               \
+  class Name : public Error {                                 \
+   public:                                                    \
     explicit Name(ErrorInfo info) : Error(std::move(info)) {} \
   };
 TCCL_DEFINE_ERROR(InvalidArgumentError)

@@ -34,9 +34,9 @@ struct CallStats {
   std::string algorithm;   // the algorithm that actually ran ("ring", "naive")
   int64_t seq = -1;
   uint64_t count = 0;
-  uint64_t bytes = 0;      // count * element size (V)
-  double seconds = 0;      // wall time of the call on this rank
-  CommStats traffic;       // counters for this call only
+  uint64_t bytes = 0;  // count * element size (V)
+  double seconds = 0;  // wall time of the call on this rank
+  CommStats traffic;   // counters for this call only
 };
 
 }  // namespace tccl

@@ -57,7 +57,8 @@ class Deadline {
   static Deadline after(std::chrono::milliseconds timeout) {
     if (timeout.count() < 0) return never();
     const auto now = Clock::now();
-    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+    const auto room =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
     if (timeout >= room) return never();
     return Deadline(now + timeout);
   }

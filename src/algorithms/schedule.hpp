@@ -23,8 +23,8 @@ enum class RecvAction : uint8_t {
 struct Op {
   OpType type = OpType::Send;
   int peer = -1;
-  uint32_t step = 0;          // global step number, carried in the message header
-  Range range;                // elements
+  uint32_t step = 0;                  // global step number, carried in the message header
+  Range range;                        // elements
   BufferId buffer = BufferId::Input;  // Send: the source. Recv+Reduce: the operand.
   RecvAction action = RecvAction::Copy;
   // Index of an op that must complete first. A send does not start before it; a
@@ -35,7 +35,7 @@ struct Op {
 };
 
 struct Phase {
-  std::string name;   // "reduce-scatter"
+  std::string name;  // "reduce-scatter"
   uint32_t firstStep = 0;
   uint32_t steps = 0;
 };

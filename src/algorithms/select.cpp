@@ -16,7 +16,8 @@ LinkModel LinkModel::fromEnv() {
     char* end = nullptr;
     double x = std::strtod(v->c_str(), &end);
     if (*end != '\0' || !(x > 0)) {
-      throwError(ErrorKind::InvalidArgument, std::string(name) + "='" + *v + "' is not a positive number");
+      throwError(ErrorKind::InvalidArgument,
+                 std::string(name) + "='" + *v + "' is not a positive number");
     }
     *out = x;
   };
@@ -31,7 +32,8 @@ LinkModel LinkModel::fromEnv() {
 
 double predictRingSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) * m.alphaSec + 2.0 * (n - 1) / n * static_cast<double>(bytes) * m.betaSecPerByte;
+  return 2.0 * (n - 1) * m.alphaSec +
+         2.0 * (n - 1) / n * static_cast<double>(bytes) * m.betaSecPerByte;
 }
 
 double predictNaiveSec(int n, size_t bytes, const LinkModel& m) {
@@ -45,8 +47,9 @@ Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* 
   const Algorithm pick = naive < ring ? Algorithm::Naive : Algorithm::Ring;
   if (why != nullptr) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "cost model: ring %.1f us, naive %.1f us (alpha %.1f us, %.2f GB/s)",
-                  ring * 1e6, naive * 1e6, m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
+    std::snprintf(buf, sizeof buf,
+                  "cost model: ring %.1f us, naive %.1f us (alpha %.1f us, %.2f GB/s)", ring * 1e6,
+                  naive * 1e6, m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
     *why = buf;
   }
   return pick;

@@ -80,10 +80,14 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (!store) throwError(ErrorKind::InvalidArgument, "Communicator: store is null", rank);
-  if (size < 1) throwError(ErrorKind::InvalidArgument, "Communicator: world size " + std::to_string(size) + " < 1", rank);
-  if (rank < 0 || rank >= size) {
+  if (size < 1)
     throwError(ErrorKind::InvalidArgument,
-               "Communicator: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) + ")", rank);
+               "Communicator: world size " + std::to_string(size) + " < 1", rank);
+  if (rank < 0 || rank >= size) {
+    throwError(
+        ErrorKind::InvalidArgument,
+        "Communicator: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) + ")",
+        rank);
   }
   log::setRank(rank);
   m.userStore = store;
@@ -122,9 +126,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     tc.listenAddress = tcp->localAddress();
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
-  TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job " << std::hex
-                             << m.jobId << std::dec << " segment " << m.segmentBytes << " B timeout "
-                             << m.timeout.count() << " ms");
+  TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job "
+                             << std::hex << m.jobId << std::dec << " segment " << m.segmentBytes
+                             << " B timeout " << m.timeout.count() << " ms");
 }
 
 Communicator Communicator::fromEnv(CommOptions options) {
@@ -141,8 +145,9 @@ Communicator Communicator::fromEnv(CommOptions options) {
   std::unique_ptr<TcpStoreServer> server;
   std::shared_ptr<Store> store;
   auto timeout = config::timeoutMs();
-  std::chrono::milliseconds connectTimeout = timeout && *timeout > 0 ? std::chrono::milliseconds(*timeout)
-                                                                     : std::chrono::milliseconds(60000);
+  std::chrono::milliseconds connectTimeout = timeout && *timeout > 0
+                                                 ? std::chrono::milliseconds(*timeout)
+                                                 : std::chrono::milliseconds(60000);
   if (auto addr = config::getEnv("TCCL_STORE")) {
     auto [host, port] = net::splitHostPort(*addr);
     store = std::make_shared<TcpStore>(host, port, connectTimeout);
@@ -186,16 +191,20 @@ Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why)
   return algo::chooseAllreduce(impl_->size, bytes, impl_->model, why);
 }
 
-void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
-                             const AllreduceOptions& options) {
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                             ReduceOp op, const AllreduceOptions& options) {
   Impl& m = *impl_;
   m.checkUsable();
-  if (!validDataType(dtype)) m.invalid("allreduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
-  if (!validOp(op)) m.invalid("allreduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
+  if (!validDataType(dtype))
+    m.invalid("allreduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (!validOp(op))
+    m.invalid("allreduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
   const size_t elem = dataTypeSize(dtype);
-  if (count > (size_t{1} << 62) / elem) m.invalid("allreduce: count " + std::to_string(count) + " too large");
+  if (count > (size_t{1} << 62) / elem)
+    m.invalid("allreduce: count " + std::to_string(count) + " too large");
   const size_t bytes = count * elem;
-  if (count > 0 && (sendbuf == nullptr || recvbuf == nullptr)) m.invalid("allreduce: null buffer with count > 0");
+  if (count > 0 && (sendbuf == nullptr || recvbuf == nullptr))
+    m.invalid("allreduce: null buffer with count > 0");
   const auto* in = static_cast<const uint8_t*>(sendbuf);
   auto* out = static_cast<uint8_t*>(recvbuf);
   if (in != out && count > 0 && in < out + bytes && out < in + bytes) {
@@ -217,12 +226,13 @@ void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, D
   m.last.seq = seq;
   m.last.count = count;
   m.last.bytes = bytes;
-  TCCL_INFO("allreduce #" << seq << " " << count << " x " << toString(dtype) << " " << toString(op) << ": "
-                          << toString(algorithm) << " (" << why << ")");
+  TCCL_INFO("allreduce #" << seq << " " << count << " x " << toString(dtype) << " " << toString(op)
+                          << ": " << toString(algorithm) << " (" << why << ")");
 
   const size_t segElems = std::max<size_t>(1, m.segmentBytes / elem);
-  algo::Schedule schedule = algorithm == Algorithm::Naive ? algo::naiveAllreduce(m.rank, m.size, count, segElems)
-                                                          : algo::ringAllreduce(m.rank, m.size, count, segElems);
+  algo::Schedule schedule = algorithm == Algorithm::Naive
+                                ? algo::naiveAllreduce(m.rank, m.size, count, segElems)
+                                : algo::ringAllreduce(m.rank, m.size, count, segElems);
   // Naive reads its input while it writes its output; in place, it works from a copy.
   std::vector<uint8_t> inputCopy;
   if (algorithm == Algorithm::Naive && in == out && count > 0 && m.size > 1) {
@@ -238,8 +248,9 @@ void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, D
   ctx.worldSize = m.size;
   ctx.rank = m.rank;
   ctx.seq = static_cast<uint32_t>(seq);
-  ctx.fingerprint = wire::fingerprint("allreduce", static_cast<uint8_t>(algorithm), static_cast<uint8_t>(dtype),
-                                      static_cast<uint8_t>(op), count, -1);
+  ctx.fingerprint =
+      wire::fingerprint("allreduce", static_cast<uint8_t>(algorithm), static_cast<uint8_t>(dtype),
+                        static_cast<uint8_t>(op), count, -1);
   ctx.collective = "allreduce";
   ctx.seqFull = seq;
   ctx.deadline = deadline;

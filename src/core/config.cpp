@@ -29,9 +29,7 @@ std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi) {
   return x;
 }
 
-std::optional<int64_t> timeoutMs() {
-  return getEnvInt("TCCL_TIMEOUT_MS", -1, int64_t{1} << 40);
-}
+std::optional<int64_t> timeoutMs() { return getEnvInt("TCCL_TIMEOUT_MS", -1, int64_t{1} << 40); }
 
 size_t segmentBytes() {
   auto v = getEnvInt("TCCL_SEGMENT_BYTES", 1, int64_t{1} << 32);

@@ -6,15 +6,24 @@ namespace tccl {
 
 std::string_view toString(ErrorKind k) {
   switch (k) {
-    case ErrorKind::InvalidArgument: return "InvalidArgument";
-    case ErrorKind::Timeout: return "Timeout";
-    case ErrorKind::PeerClosed: return "PeerClosed";
-    case ErrorKind::Protocol: return "Protocol";
-    case ErrorKind::Mismatch: return "Mismatch";
-    case ErrorKind::Handshake: return "Handshake";
-    case ErrorKind::Store: return "Store";
-    case ErrorKind::System: return "System";
-    case ErrorKind::Aborted: return "Aborted";
+    case ErrorKind::InvalidArgument:
+      return "InvalidArgument";
+    case ErrorKind::Timeout:
+      return "Timeout";
+    case ErrorKind::PeerClosed:
+      return "PeerClosed";
+    case ErrorKind::Protocol:
+      return "Protocol";
+    case ErrorKind::Mismatch:
+      return "Mismatch";
+    case ErrorKind::Handshake:
+      return "Handshake";
+    case ErrorKind::Store:
+      return "Store";
+    case ErrorKind::System:
+      return "System";
+    case ErrorKind::Aborted:
+      return "Aborted";
   }
   return "?";
 }
@@ -48,7 +57,8 @@ std::string Error::format(const ErrorInfo& i) {
     os << "; bytes " << (i.bytesMoved < 0 ? 0 : i.bytesMoved) << "/" << i.bytesExpected;
   }
   if (i.timeoutMs >= 0) {
-    os << "; waited " << (i.elapsedMs < 0 ? 0 : i.elapsedMs) << " ms of " << i.timeoutMs << " ms allowed";
+    os << "; waited " << (i.elapsedMs < 0 ? 0 : i.elapsedMs) << " ms of " << i.timeoutMs
+       << " ms allowed";
   } else if (i.elapsedMs >= 0) {
     os << "; after " << i.elapsedMs << " ms";
   }
@@ -59,15 +69,24 @@ Error::Error(ErrorInfo info) : std::runtime_error(format(info)), info_(std::move
 
 void throwError(ErrorInfo info) {
   switch (info.kind) {
-    case ErrorKind::InvalidArgument: throw InvalidArgumentError(std::move(info));
-    case ErrorKind::Timeout: throw TimeoutError(std::move(info));
-    case ErrorKind::PeerClosed: throw PeerClosedError(std::move(info));
-    case ErrorKind::Protocol: throw ProtocolError(std::move(info));
-    case ErrorKind::Mismatch: throw MismatchError(std::move(info));
-    case ErrorKind::Handshake: throw HandshakeError(std::move(info));
-    case ErrorKind::Store: throw StoreError(std::move(info));
-    case ErrorKind::System: throw SystemError(std::move(info));
-    case ErrorKind::Aborted: throw AbortedError(std::move(info));
+    case ErrorKind::InvalidArgument:
+      throw InvalidArgumentError(std::move(info));
+    case ErrorKind::Timeout:
+      throw TimeoutError(std::move(info));
+    case ErrorKind::PeerClosed:
+      throw PeerClosedError(std::move(info));
+    case ErrorKind::Protocol:
+      throw ProtocolError(std::move(info));
+    case ErrorKind::Mismatch:
+      throw MismatchError(std::move(info));
+    case ErrorKind::Handshake:
+      throw HandshakeError(std::move(info));
+    case ErrorKind::Store:
+      throw StoreError(std::move(info));
+    case ErrorKind::System:
+      throw SystemError(std::move(info));
+    case ErrorKind::Aborted:
+      throw AbortedError(std::move(info));
   }
   throw Error(std::move(info));
 }

@@ -1,12 +1,12 @@
 #include "core/log.hpp"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 
 namespace tccl::log {
 namespace {
@@ -24,10 +24,14 @@ std::atomic<int> gRank{-1};
 
 const char* name(Level l) {
   switch (l) {
-    case Level::Warn: return "WARN";
-    case Level::Info: return "INFO";
-    case Level::Trace: return "TRACE";
-    default: return "NONE";
+    case Level::Warn:
+      return "WARN";
+    case Level::Info:
+      return "INFO";
+    case Level::Trace:
+      return "TRACE";
+    default:
+      return "NONE";
   }
 }
 
@@ -44,7 +48,8 @@ void write(Level l, const std::string& line) {
   char prefix[96];
   int rank = gRank.load();
   if (rank >= 0) {
-    std::snprintf(prefix, sizeof prefix, "tccl %s [pid %d rank %d] ", name(l), static_cast<int>(getpid()), rank);
+    std::snprintf(prefix, sizeof prefix, "tccl %s [pid %d rank %d] ", name(l),
+                  static_cast<int>(getpid()), rank);
   } else {
     std::snprintf(prefix, sizeof prefix, "tccl %s [pid %d] ", name(l), static_cast<int>(getpid()));
   }

@@ -18,13 +18,13 @@ void setRank(int rank);
 
 }  // namespace tccl::log
 
-#define TCCL_LOG(LEVEL, EXPR)                                                   \
-  do {                                                                          \
-    if (::tccl::log::enabled(::tccl::log::Level::LEVEL)) {                      \
-      std::ostringstream tccl_log_os_;                                          \
-      tccl_log_os_ << EXPR;                                                     \
-      ::tccl::log::write(::tccl::log::Level::LEVEL, tccl_log_os_.str());        \
-    }                                                                           \
+#define TCCL_LOG(LEVEL, EXPR)                                            \
+  do {                                                                   \
+    if (::tccl::log::enabled(::tccl::log::Level::LEVEL)) {               \
+      std::ostringstream tccl_log_os_;                                   \
+      tccl_log_os_ << EXPR;                                              \
+      ::tccl::log::write(::tccl::log::Level::LEVEL, tccl_log_os_.str()); \
+    }                                                                    \
   } while (0)
 #define TCCL_WARN(EXPR) TCCL_LOG(Warn, EXPR)
 #define TCCL_INFO(EXPR) TCCL_LOG(Info, EXPR)

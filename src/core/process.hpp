@@ -14,11 +14,11 @@
 namespace tccl::proc {
 
 struct ChildResult {
-  int index = -1;      // 0..n-1, the order of spawning (the rank)
+  int index = -1;  // 0..n-1, the order of spawning (the rank)
   pid_t pid = -1;
   bool exited = false;  // exited normally (exitCode valid)
   int exitCode = -1;
-  int signal = 0;        // the signal that ended it, if any
+  int signal = 0;  // the signal that ended it, if any
   bool killedAtDeadline = false;
   bool ok() const { return exited && exitCode == 0; }
   std::string describe() const;  // "exit 0", "killed by signal 9 (deadline)", ...

@@ -1,47 +1,63 @@
+#include "tccl/types.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <string>
-
-#include "tccl/types.hpp"
 
 namespace tccl {
 
 size_t dataTypeSize(DataType t) {
   switch (t) {
-    case DataType::Float32: return 4;
-    case DataType::Float64: return 8;
-    case DataType::Int32: return 4;
-    case DataType::Int64: return 8;
+    case DataType::Float32:
+      return 4;
+    case DataType::Float64:
+      return 8;
+    case DataType::Int32:
+      return 4;
+    case DataType::Int64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view toString(DataType t) {
   switch (t) {
-    case DataType::Float32: return "float32";
-    case DataType::Float64: return "float64";
-    case DataType::Int32: return "int32";
-    case DataType::Int64: return "int64";
+    case DataType::Float32:
+      return "float32";
+    case DataType::Float64:
+      return "float64";
+    case DataType::Int32:
+      return "int32";
+    case DataType::Int64:
+      return "int64";
   }
   return "?";
 }
 
 std::string_view toString(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "?";
 }
 
 std::string_view toString(Algorithm a) {
   switch (a) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Naive: return "naive";
+    case Algorithm::Auto:
+      return "auto";
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::Naive:
+      return "naive";
   }
   return "?";
 }
@@ -69,10 +85,10 @@ std::optional<E> lookup(std::string_view s, const std::pair<const char*, E> (&ta
 
 std::optional<DataType> parseDataType(std::string_view s) {
   static const std::pair<const char*, DataType> kNames[] = {
-      {"float32", DataType::Float32}, {"float", DataType::Float32}, {"fp32", DataType::Float32},
+      {"float32", DataType::Float32}, {"float", DataType::Float32},   {"fp32", DataType::Float32},
       {"f32", DataType::Float32},     {"float64", DataType::Float64}, {"double", DataType::Float64},
-      {"fp64", DataType::Float64},    {"f64", DataType::Float64},   {"int32", DataType::Int32},
-      {"int", DataType::Int32},       {"i32", DataType::Int32},     {"int64", DataType::Int64},
+      {"fp64", DataType::Float64},    {"f64", DataType::Float64},     {"int32", DataType::Int32},
+      {"int", DataType::Int32},       {"i32", DataType::Int32},       {"int64", DataType::Int64},
       {"long", DataType::Int64},      {"i64", DataType::Int64},
   };
   return lookup(s, kNames);
@@ -80,8 +96,8 @@ std::optional<DataType> parseDataType(std::string_view s) {
 
 std::optional<ReduceOp> parseReduceOp(std::string_view s) {
   static const std::pair<const char*, ReduceOp> kNames[] = {
-      {"sum", ReduceOp::Sum}, {"prod", ReduceOp::Prod}, {"product", ReduceOp::Prod},
-      {"min", ReduceOp::Min}, {"max", ReduceOp::Max},   {"avg", ReduceOp::Avg},
+      {"sum", ReduceOp::Sum},  {"prod", ReduceOp::Prod}, {"product", ReduceOp::Prod},
+      {"min", ReduceOp::Min},  {"max", ReduceOp::Max},   {"avg", ReduceOp::Avg},
       {"mean", ReduceOp::Avg},
   };
   return lookup(s, kNames);

@@ -135,8 +135,8 @@ class Run {
           cs.sendBlocked = true;
           break;
         }
-        fail(errno == EPIPE || errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System,
-             cs, op, cs.sendDone,
+        fail(errno == EPIPE || errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs,
+             op, cs.sendDone,
              errno == EPIPE || errno == ECONNRESET ? "connection closed by the peer while sending"
                                                    : "send failed: " + net::errnoString(errno));
       }
@@ -219,8 +219,7 @@ class Run {
             cs.recvBlocked = true;
             break;
           }
-          fail(errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs, op,
-               cs.recvDone,
+          fail(errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs, op, cs.recvDone,
                errno == ECONNRESET ? "connection reset by the peer"
                                    : "receive failed: " + net::errnoString(errno));
         }
@@ -263,7 +262,9 @@ class Run {
     for (;;) {
       int n = ::poll(fds.data(), fds.size(), ctx_.deadline.pollTimeoutMs());
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail(ErrorKind::System, chans_.front(), sched_.ops.front(), 0, "poll failed: " + net::errnoString(errno));
+      if (n < 0)
+        fail(ErrorKind::System, chans_.front(), sched_.ops.front(), 0,
+             "poll failed: " + net::errnoString(errno));
       if (n == 0 && ctx_.deadline.expired()) failTimeout();
       return;
     }
@@ -289,7 +290,8 @@ class Run {
     fail(ErrorKind::Timeout, chans_.front(), sched_.ops.front(), 0, "deadline passed");
   }
 
-  [[noreturn]] void fail(ErrorKind kind, ChanState& cs, const Op& op, size_t moved, std::string why) {
+  [[noreturn]] void fail(ErrorKind kind, ChanState& cs, const Op& op, size_t moved,
+                         std::string why) {
     ErrorInfo info;
     info.kind = kind;
     info.message = std::move(why);
@@ -305,9 +307,12 @@ class Run {
       info.steps = static_cast<int>(ph->steps);
     }
     // `moved` counts header and payload bytes of the message; report the payload.
-    info.bytesMoved = static_cast<int64_t>(moved > wire::kHeaderSize ? moved - wire::kHeaderSize : 0);
+    info.bytesMoved =
+        static_cast<int64_t>(moved > wire::kHeaderSize ? moved - wire::kHeaderSize : 0);
     info.bytesExpected = static_cast<int64_t>(op.range.count * elem_);
-    info.elapsedMs = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start_).count();
+    info.elapsedMs =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start_)
+            .count();
     info.timeoutMs = ctx_.timeoutMs;
     throwError(std::move(info));
   }

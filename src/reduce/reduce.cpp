@@ -40,10 +40,18 @@ void applyTyped(void* dst, const void* a, const void* b, size_t n, ReduceOp op) 
   const T* y = static_cast<const T*>(b);
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: loop(d, x, y, n, [](T p, T q) { return wrapAdd(p, q); }); break;
-    case ReduceOp::Prod: loop(d, x, y, n, [](T p, T q) { return wrapMul(p, q); }); break;
-    case ReduceOp::Min: loop(d, x, y, n, [](T p, T q) { return q < p ? q : p; }); break;
-    case ReduceOp::Max: loop(d, x, y, n, [](T p, T q) { return p < q ? q : p; }); break;
+    case ReduceOp::Avg:
+      loop(d, x, y, n, [](T p, T q) { return wrapAdd(p, q); });
+      break;
+    case ReduceOp::Prod:
+      loop(d, x, y, n, [](T p, T q) { return wrapMul(p, q); });
+      break;
+    case ReduceOp::Min:
+      loop(d, x, y, n, [](T p, T q) { return q < p ? q : p; });
+      break;
+    case ReduceOp::Max:
+      loop(d, x, y, n, [](T p, T q) { return p < q ? q : p; });
+      break;
   }
 }
 
@@ -58,20 +66,36 @@ void divideTyped(void* buf, size_t n, int divisor) {
 
 void apply(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::Float32: applyTyped<float>(dst, a, b, count, op); break;
-    case DataType::Float64: applyTyped<double>(dst, a, b, count, op); break;
-    case DataType::Int32: applyTyped<int32_t>(dst, a, b, count, op); break;
-    case DataType::Int64: applyTyped<int64_t>(dst, a, b, count, op); break;
+    case DataType::Float32:
+      applyTyped<float>(dst, a, b, count, op);
+      break;
+    case DataType::Float64:
+      applyTyped<double>(dst, a, b, count, op);
+      break;
+    case DataType::Int32:
+      applyTyped<int32_t>(dst, a, b, count, op);
+      break;
+    case DataType::Int64:
+      applyTyped<int64_t>(dst, a, b, count, op);
+      break;
   }
 }
 
 void divide(void* buf, size_t count, DataType dtype, int divisor) {
   if (divisor == 1) return;
   switch (dtype) {
-    case DataType::Float32: divideTyped<float>(buf, count, divisor); break;
-    case DataType::Float64: divideTyped<double>(buf, count, divisor); break;
-    case DataType::Int32: divideTyped<int32_t>(buf, count, divisor); break;
-    case DataType::Int64: divideTyped<int64_t>(buf, count, divisor); break;
+    case DataType::Float32:
+      divideTyped<float>(buf, count, divisor);
+      break;
+    case DataType::Float64:
+      divideTyped<double>(buf, count, divisor);
+      break;
+    case DataType::Int32:
+      divideTyped<int32_t>(buf, count, divisor);
+      break;
+    case DataType::Int64:
+      divideTyped<int64_t>(buf, count, divisor);
+      break;
   }
 }
 

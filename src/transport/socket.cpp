@@ -219,7 +219,8 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, b
       if (err == ECONNREFUSED && !retryRefused) {
         ErrorInfo info;
         info.kind = ErrorKind::PeerClosed;
-        info.message = "connection refused: nothing listens at " + a.toString() + " any more (the process exited?)";
+        info.message = "connection refused: nothing listens at " + a.toString() +
+                       " any more (the process exited?)";
         info.peerAddress = a.toString();
         throwError(std::move(info));
       }
@@ -240,9 +241,8 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, b
   info.message = "could not connect to " + joinHostPort(host, port) + " after " +
                  std::to_string(attempts) + " attempts; last error: " + lastErr;
   info.peerAddress = joinHostPort(host, port);
-  info.elapsedMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       Deadline::Clock::now() - start)
-                       .count();
+  info.elapsedMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
   throwError(std::move(info));
 }
 

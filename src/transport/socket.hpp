@@ -68,7 +68,8 @@ Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr);
 // naming the address and the last OS error. With retryRefused = false, a refused
 // connection (nothing listens there: the process that published the address is
 // gone) throws PeerClosedError at once instead of being retried.
-Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, bool retryRefused = true);
+Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline,
+                    bool retryRefused = true);
 
 void setNonBlocking(int fd, bool on = true);
 void setNoDelay(int fd);

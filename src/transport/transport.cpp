@@ -35,8 +35,8 @@ Transport::~Transport() = default;
 Channel& Transport::channel(int peer) {
   auto it = channels_.find(peer);
   if (it == channels_.end()) {
-    throwError(ErrorKind::InvalidArgument, "no connection to rank " + std::to_string(peer), cfg_.rank,
-               peer);
+    throwError(ErrorKind::InvalidArgument, "no connection to rank " + std::to_string(peer),
+               cfg_.rank, peer);
   }
   return *it->second;
 }
@@ -103,12 +103,14 @@ void Transport::finishIncoming(Pending& p) {
   reply.rank = cfg_.rank;
   reply.worldSize = cfg_.worldSize;
   reply.targetRank = reason == wire::RejectReason::None ? h.rank : -1;
-  reply.kind = reason == wire::RejectReason::None ? wire::HelloKind::Accept : wire::HelloKind::Reject;
+  reply.kind =
+      reason == wire::RejectReason::None ? wire::HelloKind::Accept : wire::HelloKind::Reject;
   reply.reason = reason;
   uint8_t out[wire::kHelloSize];
   wire::encodeHello(reply, out);
   // 40 bytes into a fresh socket's empty send buffer: this does not block.
-  net::IoStatus st = net::sendAll(p.fd.get(), out, sizeof out, Deadline::after(std::chrono::milliseconds(1000)));
+  net::IoStatus st =
+      net::sendAll(p.fd.get(), out, sizeof out, Deadline::after(std::chrono::milliseconds(1000)));
   if (reason != wire::RejectReason::None) {
     TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason));
     return;  // p.fd closes when the pending entry is dropped
@@ -197,9 +199,9 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
     if (dialled) continue;
     const std::string key = addrKey(p);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline.isNever() ? std::chrono::hours(24 * 365)
-                           : std::max(Deadline::Clock::duration::zero(),
-                                      deadline.at() - Deadline::Clock::now()));
+        deadline.isNever()
+            ? std::chrono::hours(24 * 365)
+            : std::max(Deadline::Clock::duration::zero(), deadline.at() - Deadline::Clock::now()));
     try {
       store_->wait({key}, left);
     } catch (const Error& e) {
@@ -275,7 +277,8 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
       info.message = os.str();
       info.elapsedMs =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)
+              .count();
       throwError(std::move(info));
     }
     std::vector<pollfd> fds;

@@ -24,10 +24,14 @@ T get(const uint8_t* p) {
 
 std::string_view toString(DecodeStatus s) {
   switch (s) {
-    case DecodeStatus::Ok: return "ok";
-    case DecodeStatus::BadMagic: return "bad magic (not a tccl peer)";
-    case DecodeStatus::BadKind: return "unknown message kind";
-    case DecodeStatus::TooLong: return "payload length over the limit";
+    case DecodeStatus::Ok:
+      return "ok";
+    case DecodeStatus::BadMagic:
+      return "bad magic (not a tccl peer)";
+    case DecodeStatus::BadKind:
+      return "unknown message kind";
+    case DecodeStatus::TooLong:
+      return "payload length over the limit";
   }
   return "?";
 }
@@ -62,15 +66,24 @@ DecodeStatus decodeHeader(const uint8_t in[kHeaderSize], MessageHeader* out) {
 
 std::string_view toString(RejectReason r) {
   switch (r) {
-    case RejectReason::None: return "accepted";
-    case RejectReason::BadMagic: return "bad magic (not a tccl peer)";
-    case RejectReason::BadVersion: return "protocol version differs";
-    case RejectReason::WrongJob: return "job id differs (another job)";
-    case RejectReason::WrongCommunicator: return "communicator id differs";
-    case RejectReason::WrongWorldSize: return "world size differs";
-    case RejectReason::BadRank: return "rank out of range";
-    case RejectReason::WrongTarget: return "hello addressed to another rank";
-    case RejectReason::Duplicate: return "a connection from that rank already exists";
+    case RejectReason::None:
+      return "accepted";
+    case RejectReason::BadMagic:
+      return "bad magic (not a tccl peer)";
+    case RejectReason::BadVersion:
+      return "protocol version differs";
+    case RejectReason::WrongJob:
+      return "job id differs (another job)";
+    case RejectReason::WrongCommunicator:
+      return "communicator id differs";
+    case RejectReason::WrongWorldSize:
+      return "world size differs";
+    case RejectReason::BadRank:
+      return "rank out of range";
+    case RejectReason::WrongTarget:
+      return "hello addressed to another rank";
+    case RejectReason::Duplicate:
+      return "a connection from that rank already exists";
   }
   return "unknown reason";
 }
@@ -104,7 +117,8 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out) {
   return DecodeStatus::Ok;
 }
 
-RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize) {
+RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank,
+                        int worldSize) {
   if (h.kind != HelloKind::Hello) return RejectReason::BadMagic;
   if (h.version != kProtocolVersion) return RejectReason::BadVersion;
   if (h.jobId != jobId) return RejectReason::WrongJob;

@@ -89,8 +89,8 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out);
 // acceptable, else the reason to reject it.
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize);
 
-// 64-bit FNV-1a over the signature fields, folded to 32 bits (high ^ low); any difference in collective, algorithm,
-// dtype, op, count or root changes it with overwhelming probability.
+// 64-bit FNV-1a over the signature fields, folded to 32 bits (high ^ low); any difference in
+// collective, algorithm, dtype, op, count or root changes it with overwhelming probability.
 uint32_t fingerprint(std::string_view collective, uint8_t algorithm, uint8_t dtype, uint8_t op,
                      uint64_t count, int32_t root);
 uint64_t hash64(std::string_view s);

@@ -190,7 +190,8 @@ TEST(FailureTest, DeadPeerIsDetectedAtOnceAndNamedByItsRingNeighbours) {
   for (int r : {0, 1, 3}) {
     Failure f = parseFailure(job.records[r]);
     EXPECT_EQ(f.kind, "PeerClosed") << job.records[r];
-    EXPECT_LT(f.seconds, 5.0) << "a dead peer must be found from the socket, not at the 30 s timeout";
+    EXPECT_LT(f.seconds, 5.0)
+        << "a dead peer must be found from the socket, not at the 30 s timeout";
   }
 }
 

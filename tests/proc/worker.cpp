@@ -47,7 +47,8 @@ int gRank = -1;
 // use small signed integers so that every op is exact in every dtype.
 double valueOf(int r, size_t i, ReduceOp op) {
   if (op == ReduceOp::Prod) return ((i * 7 + static_cast<size_t>(r)) % 3 == 0) ? 2.0 : 1.0;
-  return static_cast<double>(static_cast<int64_t>((i * 31 + static_cast<size_t>(r) * 17) % 23) - 11);
+  return static_cast<double>(static_cast<int64_t>((i * 31 + static_cast<size_t>(r) * 17) % 23) -
+                             11);
 }
 
 template <typename T>
@@ -64,10 +65,18 @@ T expectedT(int n, size_t i, ReduceOp op) {
     T v = static_cast<T>(valueOf(r, i, op));
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc = static_cast<T>(acc + v); break;
-      case ReduceOp::Prod: acc = static_cast<T>(acc * v); break;
-      case ReduceOp::Min: acc = v < acc ? v : acc; break;
-      case ReduceOp::Max: acc = acc < v ? v : acc; break;
+      case ReduceOp::Avg:
+        acc = static_cast<T>(acc + v);
+        break;
+      case ReduceOp::Prod:
+        acc = static_cast<T>(acc * v);
+        break;
+      case ReduceOp::Min:
+        acc = v < acc ? v : acc;
+        break;
+      case ReduceOp::Max:
+        acc = acc < v ? v : acc;
+        break;
     }
   }
   if (op == ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(n));
@@ -88,19 +97,36 @@ void checkT(const T* p, size_t count, int n, ReduceOp op, const std::string& wha
 
 void fillAny(void* p, size_t n, DataType t, int r, ReduceOp op) {
   switch (t) {
-    case DataType::Float32: fillT(static_cast<float*>(p), n, r, op); break;
-    case DataType::Float64: fillT(static_cast<double*>(p), n, r, op); break;
-    case DataType::Int32: fillT(static_cast<int32_t*>(p), n, r, op); break;
-    case DataType::Int64: fillT(static_cast<int64_t*>(p), n, r, op); break;
+    case DataType::Float32:
+      fillT(static_cast<float*>(p), n, r, op);
+      break;
+    case DataType::Float64:
+      fillT(static_cast<double*>(p), n, r, op);
+      break;
+    case DataType::Int32:
+      fillT(static_cast<int32_t*>(p), n, r, op);
+      break;
+    case DataType::Int64:
+      fillT(static_cast<int64_t*>(p), n, r, op);
+      break;
   }
 }
 
-void checkAny(const void* p, size_t count, DataType t, int n, ReduceOp op, const std::string& what) {
+void checkAny(const void* p, size_t count, DataType t, int n, ReduceOp op,
+              const std::string& what) {
   switch (t) {
-    case DataType::Float32: checkT(static_cast<const float*>(p), count, n, op, what); break;
-    case DataType::Float64: checkT(static_cast<const double*>(p), count, n, op, what); break;
-    case DataType::Int32: checkT(static_cast<const int32_t*>(p), count, n, op, what); break;
-    case DataType::Int64: checkT(static_cast<const int64_t*>(p), count, n, op, what); break;
+    case DataType::Float32:
+      checkT(static_cast<const float*>(p), count, n, op, what);
+      break;
+    case DataType::Float64:
+      checkT(static_cast<const double*>(p), count, n, op, what);
+      break;
+    case DataType::Int32:
+      checkT(static_cast<const int32_t*>(p), count, n, op, what);
+      break;
+    case DataType::Int64:
+      checkT(static_cast<const int64_t*>(p), count, n, op, what);
+      break;
   }
 }
 
@@ -109,10 +135,14 @@ std::vector<size_t> parseCounts(const std::string& s, int n) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item == "N-1") out.push_back(static_cast<size_t>(n - 1));
-    else if (item == "N") out.push_back(static_cast<size_t>(n));
-    else if (item == "N+1") out.push_back(static_cast<size_t>(n + 1));
-    else out.push_back(std::stoull(item));
+    if (item == "N-1")
+      out.push_back(static_cast<size_t>(n - 1));
+    else if (item == "N")
+      out.push_back(static_cast<size_t>(n));
+    else if (item == "N+1")
+      out.push_back(static_cast<size_t>(n + 1));
+    else
+      out.push_back(std::stoull(item));
   }
   return out;
 }
@@ -131,8 +161,10 @@ std::string describe(const Error& e, double seconds) {
 void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
   const int n = comm.size();
   const int r = comm.rank();
-  const DataType dtypes[] = {DataType::Float32, DataType::Float64, DataType::Int32, DataType::Int64};
-  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
+  const DataType dtypes[] = {DataType::Float32, DataType::Float64, DataType::Int32,
+                             DataType::Int64};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                          ReduceOp::Avg};
   const Algorithm algos[] = {Algorithm::Ring, Algorithm::Naive};
   int calls = 0;
   for (size_t count : counts) {
@@ -143,8 +175,8 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
         for (Algorithm algo : algos) {
           for (bool inPlace : {false, true}) {
             std::ostringstream what;
-            what << "count " << count << " " << toString(t) << " " << toString(op) << " " << toString(algo)
-                 << (inPlace ? " in-place" : " out-of-place");
+            what << "count " << count << " " << toString(t) << " " << toString(op) << " "
+                 << toString(algo) << (inPlace ? " in-place" : " out-of-place");
             fillAny(in.data(), count, t, r, op);
             void* dst = inPlace ? in.data() : out.data();
             if (!inPlace) std::memset(out.data(), 0xAB, out.size());
@@ -164,11 +196,12 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
             const CallStats& cs = comm.lastCall();
             if (cs.algorithm != toString(algo) && n > 1) die(what.str() + ": ran " + cs.algorithm);
             const PeerCounters tot = cs.traffic.total();
-            const uint64_t expectSent = algo == Algorithm::Ring ? algo::ringBytesSent(count, elem, n, r)
-                                                                : algo::naiveBytesSent(count, elem, n);
+            const uint64_t expectSent = algo == Algorithm::Ring
+                                            ? algo::ringBytesSent(count, elem, n, r)
+                                            : algo::naiveBytesSent(count, elem, n);
             if (tot.payloadSent != expectSent) {
-              die(what.str() + ": payload bytes sent " + std::to_string(tot.payloadSent) + " != closed form " +
-                  std::to_string(expectSent));
+              die(what.str() + ": payload bytes sent " + std::to_string(tot.payloadSent) +
+                  " != closed form " + std::to_string(expectSent));
             }
             // Every rank receives what the others send: the ring receives every chunk
             // but r (reduce-scatter) and every chunk but r+1 (all-gather).
@@ -179,8 +212,8 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
                            elem;
             }
             if (tot.payloadRecv != expectRecv) {
-              die(what.str() + ": payload bytes received " + std::to_string(tot.payloadRecv) + " != " +
-                  std::to_string(expectRecv));
+              die(what.str() + ": payload bytes received " + std::to_string(tot.payloadRecv) +
+                  " != " + std::to_string(expectRecv));
             }
             // Wire = payload + one 24-byte header per message (+ 40-byte hellos on
             // the call that opened a connection).
@@ -188,7 +221,8 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
             const uint64_t headers = 24 * tot.messagesSent;
             if (overhead < headers || (overhead - headers) % 40 != 0 ||
                 (overhead - headers) / 40 > cs.traffic.perPeer.size()) {
-              die(what.str() + ": wire overhead " + std::to_string(overhead) + " is not headers + hellos");
+              die(what.str() + ": wire overhead " + std::to_string(overhead) +
+                  " is not headers + hellos");
             }
           }
         }
@@ -205,7 +239,8 @@ int runFailure(Communicator& comm, const std::string& scenario, int culprit, int
   if (scenario == "die-mid") {
     // One good all-reduce connects the ring; then the culprit dies between calls.
     std::vector<float> warm(count, 1.0f);
-    comm.allreduce(warm.data(), count, DataType::Float32, ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
+    comm.allreduce(warm.data(), count, DataType::Float32, ReduceOp::Sum,
+                   {Algorithm::Ring, std::nullopt});
     if (r == culprit) _exit(3);
   }
   if (scenario == "sleep" && r == culprit) {
@@ -216,7 +251,8 @@ int runFailure(Communicator& comm, const std::string& scenario, int culprit, int
   std::vector<float> buf(count, 1.0f);
   auto t0 = std::chrono::steady_clock::now();
   try {
-    comm.allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
+    comm.allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum,
+                   {Algorithm::Ring, std::nullopt});
     publish(comm, scenario, "ok");
   } catch (const Error& e) {
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -226,7 +262,8 @@ int runFailure(Communicator& comm, const std::string& scenario, int culprit, int
       comm.allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum);
       die("a call after an error succeeded");
     } catch (const AbortedError& a) {
-      if (std::string(a.what()).find("earlier error") == std::string::npos) die("Aborted without the cause");
+      if (std::string(a.what()).find("earlier error") == std::string::npos)
+        die("Aborted without the cause");
     }
   }
   // Stay up (listener open) until every survivor has reported, so that one rank's
@@ -270,17 +307,20 @@ int main(int argc, char** argv) {
       comm.allreduce(std::span<float>(buf), ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
       const float expect = static_cast<float>(comm.size() * (comm.size() + 1) / 2);
       for (size_t i = 0; i < count; ++i) {
-        if (buf[i] != expect) die("large: index " + std::to_string(i) + " = " + std::to_string(buf[i]));
+        if (buf[i] != expect)
+          die("large: index " + std::to_string(i) + " = " + std::to_string(buf[i]));
       }
       const PeerCounters tot = comm.lastCall().traffic.total();
-      if (tot.payloadSent != algo::ringBytesSent(count, 4, comm.size(), comm.rank())) die("large: byte count");
+      if (tot.payloadSent != algo::ringBytesSent(count, 4, comm.size(), comm.rank()))
+        die("large: byte count");
       rusage ru{};
       getrusage(RUSAGE_SELF, &ru);
       const double rssBytes = static_cast<double>(ru.ru_maxrss) * 1024.0;
       const double limit = 1.25 * static_cast<double>(count * 4) + 64.0 * 1024 * 1024;
-      std::cerr << "[worker rank " << gRank << "] large: peak RSS " << rssBytes / 1048576 << " MiB for V = "
-                << count * 4 / 1048576.0 << " MiB" << std::endl;
-      if (rssBytes > limit) die("large: peak RSS " + std::to_string(rssBytes) + " over " + std::to_string(limit));
+      std::cerr << "[worker rank " << gRank << "] large: peak RSS " << rssBytes / 1048576
+                << " MiB for V = " << count * 4 / 1048576.0 << " MiB" << std::endl;
+      if (rssBytes > limit)
+        die("large: peak RSS " + std::to_string(rssBytes) + " over " + std::to_string(limit));
       publish(comm, scenario, "ok rss_mib=" + std::to_string(rssBytes / 1048576));
     } else {
       int culprit = argc > 2 ? std::atoi(argv[2]) : 0;

@@ -20,8 +20,8 @@ using namespace std::chrono_literals;
 namespace {
 
 // Runs fn(rank) on n threads, each with its own Communicator over `store`.
-void runRanks(int n, const std::shared_ptr<Store>& store, const std::function<void(Communicator&)>& fn,
-              CommOptions opts = {}) {
+void runRanks(int n, const std::shared_ptr<Store>& store,
+              const std::function<void(Communicator&)>& fn, CommOptions opts = {}) {
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -46,7 +46,8 @@ TEST(Communicator, ThreeRanksAsThreadsRingAndNaiveInAndOutOfPlace) {
     for (Algorithm algo : {Algorithm::Ring, Algorithm::Naive}) {
       std::vector<int64_t> in(1001), out(1001, -1);
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int64_t>(i) * (r + 1);
-      comm.allreduce(in.data(), out.data(), in.size(), DataType::Int64, ReduceOp::Sum, {algo, std::nullopt});
+      comm.allreduce(in.data(), out.data(), in.size(), DataType::Int64, ReduceOp::Sum,
+                     {algo, std::nullopt});
       for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<int64_t>(i) * 6) << i;
       comm.allreduce(std::span<int64_t>(in), ReduceOp::Max, {algo, std::nullopt});
       for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<int64_t>(i) * 3) << i;
@@ -138,7 +139,8 @@ TEST(Communicator, PerCallTimeoutNamesTheSilentPeerAndAbortsTheCommunicator) {
     comm.allreduce(std::span<float>(v), ReduceOp::Sum, {Algorithm::Ring, 300ms});
     ADD_FAILURE() << "no timeout";
   } catch (const TimeoutError& e) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
     EXPECT_EQ(e.rank(), 0);
     EXPECT_EQ(e.peer(), 1);
     EXPECT_EQ(e.info().timeoutMs, 300);
@@ -160,10 +162,14 @@ TEST(Communicator, InvalidArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
   EXPECT_THROW(Communicator(nullptr, 0, 1), InvalidArgumentError);
   Communicator comm(store, 0, 1);
   std::vector<float> v(8, 2.0f);
-  EXPECT_THROW(comm.allreduce(nullptr, v.data(), 8, DataType::Float32, ReduceOp::Sum), InvalidArgumentError);
-  EXPECT_THROW(comm.allreduce(v.data(), v.data() + 1, 4, DataType::Float32, ReduceOp::Sum), InvalidArgumentError);
-  EXPECT_THROW(comm.allreduce(v.data(), 8, static_cast<DataType>(42), ReduceOp::Sum), InvalidArgumentError);
-  EXPECT_THROW(comm.allreduce(v.data(), 8, DataType::Float32, static_cast<ReduceOp>(42)), InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(nullptr, v.data(), 8, DataType::Float32, ReduceOp::Sum),
+               InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), v.data() + 1, 4, DataType::Float32, ReduceOp::Sum),
+               InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), 8, static_cast<DataType>(42), ReduceOp::Sum),
+               InvalidArgumentError);
+  EXPECT_THROW(comm.allreduce(v.data(), 8, DataType::Float32, static_cast<ReduceOp>(42)),
+               InvalidArgumentError);
   // Still usable: world 1 is the identity (avg divides by 1).
   comm.allreduce(v.data(), 8, DataType::Float32, ReduceOp::Avg);
   EXPECT_EQ(v[7], 2.0f);
@@ -196,7 +202,8 @@ TEST(Communicator, AutoChoiceAndTheEnvironmentOverride) {
 }
 
 TEST(Communicator, FromEnvironmentNeedsRankWorldAndStore) {
-  for (const char* v : {"TCCL_RANK", "TCCL_WORLD_SIZE", "RANK", "WORLD_SIZE", "TCCL_STORE", "MASTER_ADDR", "MASTER_PORT"}) {
+  for (const char* v : {"TCCL_RANK", "TCCL_WORLD_SIZE", "RANK", "WORLD_SIZE", "TCCL_STORE",
+                        "MASTER_ADDR", "MASTER_PORT"}) {
     unsetenv(v);
   }
   EXPECT_THROW(Communicator::fromEnv(), InvalidArgumentError);

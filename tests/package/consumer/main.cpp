@@ -1,8 +1,7 @@
 // Uses only the installed public headers: two ranks as two threads of one process,
 // each with its own Communicator over a shared in-process HashStore.
-#include <tccl/tccl.hpp>
-
 #include <cstdio>
+#include <tccl/tccl.hpp>
 #include <thread>
 #include <vector>
 
@@ -16,8 +15,8 @@ int main() {
     for (double x : v) failures += x != 3.0;
     const auto sent = comm.lastCall().traffic.total().payloadSent;
     if (sent != 1000 * sizeof(double)) ++failures;
-    std::printf("rank %d: %s all-reduce, %llu payload bytes sent\n", r, comm.lastCall().algorithm.c_str(),
-                static_cast<unsigned long long>(sent));
+    std::printf("rank %d: %s all-reduce, %llu payload bytes sent\n", r,
+                comm.lastCall().algorithm.c_str(), static_cast<unsigned long long>(sent));
   };
   std::thread t0(rank, 0), t1(rank, 1);
   t0.join();
