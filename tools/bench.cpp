@@ -157,17 +157,10 @@ int runWorker(const BenchConfig& c) {
 int benchMain(int argc, char** argv, int first) {
   Args a(argc, argv, first, kValueOptions, kFlags);
   BenchConfig c = parseBench(a);
-  TcpStoreServer server("127.0.0.1", 0);
-  const std::string storeAddr = "127.0.0.1:" + std::to_string(server.port());
-  std::vector<std::string> argv2 = {proc::selfExe(), "_bench-worker"};
-  argv2.insert(argv2.end(), a.raw().begin(), a.raw().end());
-  proc::ProcessGroup group;
-  group.spawn(c.world, argv2, [&](int r) {
-    return proc::EnvList{{"TCCL_RANK", std::to_string(r)},
-                         {"TCCL_WORLD_SIZE", std::to_string(c.world)},
-                         {"TCCL_STORE", storeAddr}};
-  });
-  auto results = group.wait(Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)), true);
+  LocalRun run = runLocalRanks(c.world, "_bench-worker", a.raw(),
+                               Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)),
+                               std::chrono::milliseconds(2000));
+  const auto& results = run.children;
   int rc = 0;
   for (const auto& r : results) {
     if (!r.ok()) {

@@ -252,6 +252,26 @@ std::string elementNoun(DataType dtype) {
   return "elements";
 }
 
+LocalRun runLocalRanks(int world, const std::string& workerCommand,
+                       const std::vector<std::string>& args, Deadline deadline,
+                       std::chrono::milliseconds grace) {
+  LocalRun run;
+  run.server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+  const std::string storeAddr = "127.0.0.1:" + std::to_string(run.server->port());
+  std::vector<std::string> argv = {proc::selfExe(), workerCommand};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto start = std::chrono::steady_clock::now();
+  proc::ProcessGroup group;
+  group.spawn(world, argv, [&](int r) {
+    return proc::EnvList{{"TCCL_RANK", std::to_string(r)},
+                         {"TCCL_WORLD_SIZE", std::to_string(world)},
+                         {"TCCL_STORE", storeAddr}};
+  });
+  run.children = group.wait(deadline, /*killOnFailure=*/true, grace);
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
+}
+
 std::string encodeRecord(const std::map<std::string, std::string>& kv) {
   std::string s;
   for (const auto& [k, v] : kv) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/process.hpp"
 #include "tccl/tccl.hpp"
 
 namespace tccl::cli {
@@ -62,6 +63,20 @@ std::string formatValue(double v, DataType dtype);
 
 // Plural element names for reports: "doubles", "floats", "int32s", "int64s".
 std::string elementNoun(DataType dtype);
+
+// Runs `world` local ranks: hosts a TcpStore on 127.0.0.1 (port 0), starts this
+// executable as `tccl <workerCommand> <args...>` once per rank with TCCL_RANK,
+// TCCL_WORLD_SIZE and TCCL_STORE set, and reaps them before `deadline` (the rest are
+// killed once one fails and `grace` has passed). The store stays up for the caller to
+// read what the workers published.
+struct LocalRun {
+  std::unique_ptr<TcpStoreServer> server;
+  std::vector<proc::ChildResult> children;
+  double seconds = 0;
+};
+LocalRun runLocalRanks(int world, const std::string& workerCommand,
+                       const std::vector<std::string>& args, Deadline deadline,
+                       std::chrono::milliseconds grace);
 
 // key=value records published through the store by workers.
 std::string encodeRecord(const std::map<std::string, std::string>& kv);

@@ -130,24 +130,14 @@ std::string opPhrase(ReduceOp op, int n) {
 }
 
 int runParent(const DemoConfig& c, const std::vector<std::string>& rawArgs) {
-  TcpStoreServer server("127.0.0.1", 0);
-  const std::string storeAddr = "127.0.0.1:" + std::to_string(server.port());
-  std::vector<std::string> argv = {proc::selfExe(), "_demo-worker"};
-  argv.insert(argv.end(), rawArgs.begin(), rawArgs.end());
-  proc::ProcessGroup group;
-  auto started = std::chrono::steady_clock::now();
-  group.spawn(c.world, argv, [&](int r) {
-    return proc::EnvList{{"TCCL_RANK", std::to_string(r)},
-                         {"TCCL_WORLD_SIZE", std::to_string(c.world)},
-                         {"TCCL_STORE", storeAddr}};
-  });
   // The workers' own timeout bounds every wait; this deadline bounds the whole run.
-  auto children = group.wait(Deadline::after(std::chrono::milliseconds(c.timeoutMs * 2 + 30000)),
-                             /*killOnFailure=*/true,
-                             std::chrono::milliseconds(std::min<int64_t>(c.timeoutMs, 10000)));
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  LocalRun run = runLocalRanks(c.world, "_demo-worker", rawArgs,
+                               Deadline::after(std::chrono::milliseconds(c.timeoutMs * 2 + 30000)),
+                               std::chrono::milliseconds(std::min<int64_t>(c.timeoutMs, 10000)));
+  const auto& children = run.children;
+  const double wall = run.seconds;
 
-  TcpStore store("127.0.0.1", server.port(), std::chrono::milliseconds(5000));
+  TcpStore store("127.0.0.1", run.server->port(), std::chrono::milliseconds(5000));
   std::vector<RankReport> reports(static_cast<size_t>(c.world));
   for (int r = 0; r < c.world; ++r) {
     const std::string key = "demo/result/" + std::to_string(r);

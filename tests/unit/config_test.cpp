@@ -8,36 +8,13 @@
 #include <optional>
 #include <string>
 
+#include "scoped_env.hpp"
 #include "tccl/error.hpp"
 
 namespace tccl::config {
 namespace {
 
-// Sets (or unsets) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using tccl::testing::ScopedEnv;
 
 // Runs f with `name` set to `value` and expects an InvalidArgumentError whose message
 // names the variable and quotes the value.
