@@ -32,6 +32,11 @@ uint64_t randomJobId() {
   return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
 }
 
+// Busy-poll (yielding the core each round) this long before sleeping in poll(2):
+// a wake-up from poll costs tens of microseconds, more than a small message's hop.
+// Measured in docs/PERFORMANCE.md.
+constexpr int64_t kDefaultSpinMicros = 50;
+
 bool validDataType(DataType t) { return static_cast<uint8_t>(t) <= 3; }
 bool validOp(ReduceOp op) { return static_cast<uint8_t>(op) <= 4; }
 
@@ -97,8 +102,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   m.timeout = options.timeout;
   if (auto t = config::timeoutMs()) m.timeout = std::chrono::milliseconds(*t);
   m.segmentBytes = options.segmentBytes ? options.segmentBytes : config::segmentBytes();
-  m.spinMicros = static_cast<int>(config::spinMicros().value_or(
-      size <= static_cast<int>(std::thread::hardware_concurrency()) ? 50 : 0));
+  m.spinMicros = static_cast<int>(config::spinMicros().value_or(kDefaultSpinMicros));
   m.envAlgorithm = config::allreduceAlgorithm();
   m.model = algo::LinkModel::fromEnv();
   m.store = std::make_shared<PrefixStore>("tccl/" + options.name, store);

@@ -1,12 +1,14 @@
 #include "exec/executor.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <set>
 
 #include "core/log.hpp"
 #include "reduce/reduce.hpp"
@@ -51,13 +53,19 @@ class Run {
   void execute(Transport& transport, std::map<int, std::vector<uint8_t>>& staging) {
     const size_t stagingBytes = sched_.maxRecvElems() * elem_;
     std::map<int, size_t> index;
+    std::set<int> reducesFrom;  // peers whose payload lands in staging
+    for (const Op& op : sched_.ops) {
+      if (op.type == OpType::Recv && op.action == RecvAction::Reduce) reducesFrom.insert(op.peer);
+    }
     for (int peer : sched_.peers) {
       index[peer] = chans_.size();
       ChanState cs;
       cs.ch = &transport.channel(peer);
-      std::vector<uint8_t>& buf = staging[peer];
-      if (buf.size() < stagingBytes) buf.resize(stagingBytes);
-      cs.staging = buf.data();
+      if (reducesFrom.count(peer)) {
+        std::vector<uint8_t>& buf = staging[peer];
+        if (buf.size() < stagingBytes) buf.resize(stagingBytes);
+        cs.staging = buf.data();
+      }
       chans_.push_back(cs);
     }
     for (size_t i = 0; i < sched_.ops.size(); ++i) {
@@ -78,7 +86,12 @@ class Run {
         lastProgress = Deadline::Clock::now();
         continue;
       }
-      if (Deadline::Clock::now() - lastProgress < spin) continue;
+      if (Deadline::Clock::now() - lastProgress < spin) {
+        // Give the core away while spinning: with more ranks than cores the peer we
+        // wait for may need this very core to make the progress we are waiting for.
+        sched_yield();
+        continue;
+      }
       waitForSockets();
     }
   }
