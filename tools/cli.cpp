@@ -66,6 +66,18 @@ int64_t Args::getInt(const std::string& name, int64_t dflt) const {
   return x;
 }
 
+double Args::getDouble(const std::string& name, double dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  char* end = nullptr;
+  errno = 0;
+  double x = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || errno != 0) {
+    throw UsageError{"--" + name + " expects a number, got '" + *v + "'"};
+  }
+  return x;
+}
+
 uint64_t parseSize(const std::string& s) {
   if (s.empty()) throw UsageError{"empty size"};
   if (s.front() == '-') throw UsageError{"size must not be negative: '" + s + "'"};

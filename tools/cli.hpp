@@ -28,6 +28,7 @@ class Args {
   std::optional<std::string> get(const std::string& name) const;
   std::string get(const std::string& name, const std::string& dflt) const;
   int64_t getInt(const std::string& name, int64_t dflt) const;
+  double getDouble(const std::string& name, double dflt) const;
   // Sizes with optional K/M/G suffix (powers of 1024): "64M" = 67108864.
   uint64_t getSize(const std::string& name, uint64_t dflt) const;
   DataType getDataType(const std::string& name, DataType dflt) const;

@@ -18,6 +18,10 @@ const char* kUsage =
     "  bench   all-reduce time and bandwidth over sizes, nccl-tests style\n"
     "          --world N (2) --sizes 8,1K,64M --dtype float32 --op sum --algo ring|naive|auto\n"
     "          --iters K (20) --warmup W (5) --timeout-ms T --json\n"
+    "  overlap a simulated training step: how much all-reduce time async and bucketed\n"
+    "          communication hide behind the backward pass\n"
+    "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1)\n"
+    "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
     "  version print the version\n";
 
 }  // namespace
@@ -34,6 +38,8 @@ int main(int argc, char** argv) {
     if (cmd == "_demo-worker") return tccl::cli::demoWorkerMain(argc, argv, 2);
     if (cmd == "bench") return tccl::cli::benchMain(argc, argv, 2);
     if (cmd == "_bench-worker") return tccl::cli::benchWorkerMain(argc, argv, 2);
+    if (cmd == "overlap") return tccl::cli::overlapMain(argc, argv, 2);
+    if (cmd == "_overlap-worker") return tccl::cli::overlapWorkerMain(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;

@@ -6,4 +6,6 @@ int demoMain(int argc, char** argv, int first);
 int demoWorkerMain(int argc, char** argv, int first);
 int benchMain(int argc, char** argv, int first);
 int benchWorkerMain(int argc, char** argv, int first);
+int overlapMain(int argc, char** argv, int first);
+int overlapWorkerMain(int argc, char** argv, int first);
 }  // namespace tccl::cli

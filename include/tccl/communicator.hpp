@@ -5,8 +5,10 @@
 //   comm.allreduce(grad.data(), grad.size(), tccl::DataType::Float32, tccl::ReduceOp::Sum);
 //   comm.lastCall().traffic.total().payloadSent;   // bytes this rank really sent
 //
-// Threading: a Communicator is used by one thread at a time (calls are serialised by
-// the caller); two communicators in one process are independent.
+// Threading: any thread may issue calls; they execute one at a time in issue order,
+// which must be the same on every rank. Blocking calls run on the caller's thread;
+// asynchronous ones on the communicator's progress thread (see tccl/work.hpp and
+// docs/async.md). Two communicators in one process are independent.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "tccl/stats.hpp"
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
+#include "tccl/work.hpp"
 
 namespace tccl {
 
@@ -35,6 +38,8 @@ struct CommOptions {
   // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 256 KiB).
   size_t segmentBytes = 0;
 };
+
+struct PreparedAllreduce;
 
 struct AllreduceOptions {
   Algorithm algorithm = Algorithm::Auto;             // TCCL_ALGO applies when this is Auto
@@ -96,10 +101,26 @@ class Communicator {
     allreduce(in.data(), out.data(), in.size(), dataTypeOf<T>(), op, options);
   }
 
+  // Asynchronous all-reduce: returns at once; the collective runs on the progress
+  // thread in issue order. The buffers must stay valid until the Work completes.
+  WorkPtr allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                         ReduceOp op, const AllreduceOptions& options = {});
+  WorkPtr allreduceAsync(void* buf, size_t count, DataType dtype, ReduceOp op,
+                         const AllreduceOptions& options = {}) {
+    return allreduceAsync(buf, buf, count, dtype, op, options);
+  }
+  template <typename T>
+  WorkPtr allreduceAsync(std::span<T> buf, ReduceOp op = ReduceOp::Sum,
+                         const AllreduceOptions& options = {}) {
+    return allreduceAsync(buf.data(), buf.data(), buf.size(), dataTypeOf<std::remove_const_t<T>>(),
+                          op, options);
+  }
+
   // The algorithm Auto would run for this many bytes, and why.
   Algorithm chooseAllreduceAlgorithm(size_t bytes, std::string* why = nullptr) const;
 
-  // What the last call did: algorithm, time and its own byte counters.
+  // What the last blocking call did: algorithm, time and its own byte counters (an
+  // asynchronous call's are in its Work::stats()). Read it from the issuing thread.
   const CallStats& lastCall() const;
   // Counters since construction or the last resetStats().
   CommStats stats() const;
@@ -113,6 +134,8 @@ class Communicator {
 
  private:
   struct Impl;
+  PreparedAllreduce prepareAllreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                     DataType dtype, ReduceOp op, const AllreduceOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

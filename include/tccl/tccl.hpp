@@ -7,3 +7,4 @@
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
 #include "tccl/version.hpp"
+#include "tccl/work.hpp"

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -42,6 +45,19 @@ bool validOp(ReduceOp op) { return static_cast<uint8_t>(op) <= 4; }
 
 }  // namespace
 
+// An all-reduce that passed validation and has its place in the issue order.
+struct PreparedAllreduce {
+  const uint8_t* in = nullptr;
+  uint8_t* out = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  Algorithm algorithm = Algorithm::Ring;
+  std::string why;
+  std::optional<std::chrono::milliseconds> timeout;
+  int64_t seq = -1;
+};
+
 struct Communicator::Impl {
   std::shared_ptr<Store> userStore;
   std::shared_ptr<Store> store;  // namespaced
@@ -59,13 +75,42 @@ struct Communicator::Impl {
   Executor executor;
   int64_t seq = 0;
   CallStats last;
+
+  // The first fatal error. Guarded by abortMu, a leaf lock (nothing else is taken
+  // while it is held).
+  mutable std::mutex abortMu;
   std::optional<ErrorInfo> abortCause;
+
+  // Issue order and execution. issueMu guards the queue, `busy`, `seq` and the
+  // progress thread's life; execMu is held while a collective runs (transport,
+  // executor, counters). Lock order: issueMu, then execMu; the progress thread never
+  // holds both.
+  std::mutex issueMu;
+  std::condition_variable queueCv;
+  std::deque<std::pair<PreparedAllreduce, WorkPtr>> queue;
+  bool busy = false;
+  bool stopping = false;
+  std::thread progress;
+  std::mutex execMu;
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lk(issueMu);
+      stopping = true;
+    }
+    queueCv.notify_all();
+    if (progress.joinable()) progress.join();  // drains the queue first
+  }
+
+  void progressLoop();
+  void execute(PreparedAllreduce& call, CallStats* stats);
 
   [[noreturn]] void invalid(const std::string& msg) const {
     throwError(ErrorKind::InvalidArgument, msg, rank);
   }
 
   void checkUsable() const {
+    std::lock_guard<std::mutex> lk(abortMu);
     if (!abortCause) return;
     ErrorInfo info = *abortCause;
     info.kind = ErrorKind::Aborted;
@@ -181,9 +226,18 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 const CallStats& Communicator::lastCall() const { return impl_->last; }
-CommStats Communicator::stats() const { return impl_->transport->stats(); }
-void Communicator::resetStats() { impl_->transport->resetStats(); }
-int64_t Communicator::sequence() const { return impl_->seq; }
+CommStats Communicator::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->execMu);
+  return impl_->transport->stats();
+}
+void Communicator::resetStats() {
+  std::lock_guard<std::mutex> lk(impl_->execMu);
+  impl_->transport->resetStats();
+}
+int64_t Communicator::sequence() const {
+  std::lock_guard<std::mutex> lk(impl_->issueMu);
+  return impl_->seq;
+}
 const std::shared_ptr<Store>& Communicator::store() const { return impl_->userStore; }
 std::string Communicator::listenAddress() const { return impl_->transport->listenAddress(); }
 
@@ -195,8 +249,9 @@ Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why)
   return algo::chooseAllreduce(impl_->size, bytes, impl_->model, why);
 }
 
-void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
-                             ReduceOp op, const AllreduceOptions& options) {
+PreparedAllreduce Communicator::prepareAllreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                                 DataType dtype, ReduceOp op,
+                                                 const AllreduceOptions& options) {
   Impl& m = *impl_;
   m.checkUsable();
   if (!validDataType(dtype))
@@ -209,37 +264,126 @@ void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, D
   const size_t bytes = count * elem;
   if (count > 0 && (sendbuf == nullptr || recvbuf == nullptr))
     m.invalid("allreduce: null buffer with count > 0");
-  const auto* in = static_cast<const uint8_t*>(sendbuf);
-  auto* out = static_cast<uint8_t*>(recvbuf);
-  if (in != out && count > 0 && in < out + bytes && out < in + bytes) {
+  PreparedAllreduce call;
+  call.in = static_cast<const uint8_t*>(sendbuf);
+  call.out = static_cast<uint8_t*>(recvbuf);
+  if (call.in != call.out && count > 0 && call.in < call.out + bytes &&
+      call.out < call.in + bytes) {
     m.invalid("allreduce: input and output overlap without being the same buffer");
   }
+  call.count = count;
+  call.dtype = dtype;
+  call.op = op;
+  call.timeout = options.timeout;
+  call.why = "requested";
+  call.algorithm = options.algorithm;
+  if (call.algorithm == Algorithm::Auto) {
+    call.algorithm = chooseAllreduceAlgorithm(bytes, &call.why);
+  }
+  if (m.size == 1) call.algorithm = Algorithm::Ring;  // nothing moves; both are a copy
+  return call;
+}
 
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                             ReduceOp op, const AllreduceOptions& options) {
+  Impl& m = *impl_;
+  PreparedAllreduce call = prepareAllreduce(sendbuf, recvbuf, count, dtype, op, options);
+  std::unique_lock<std::mutex> issue(m.issueMu);
+  call.seq = m.seq++;
+  if (m.queue.empty() && !m.busy) {
+    // Nothing queued: run on this thread. Taking execMu before releasing issueMu keeps
+    // anything issued after this call from running before it.
+    std::lock_guard<std::mutex> exec(m.execMu);
+    issue.unlock();
+    CallStats stats;
+    m.execute(call, &stats);
+    m.last = std::move(stats);
+    return;
+  }
+  // Asynchronous work is queued ahead of this call: wait for its turn.
+  auto work = std::make_shared<Work>("allreduce", call.seq, m.rank);
+  m.queue.emplace_back(std::move(call), work);
+  issue.unlock();
+  m.queueCv.notify_all();
+  work->wait();
+  m.last = work->stats();
+}
+
+WorkPtr Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                     DataType dtype, ReduceOp op, const AllreduceOptions& options) {
+  Impl& m = *impl_;
+  PreparedAllreduce call = prepareAllreduce(sendbuf, recvbuf, count, dtype, op, options);
+  std::unique_lock<std::mutex> issue(m.issueMu);
+  call.seq = m.seq++;
+  auto work = std::make_shared<Work>("allreduce", call.seq, m.rank);
+  m.queue.emplace_back(std::move(call), work);
+  if (!m.progress.joinable()) m.progress = std::thread([&m] { m.progressLoop(); });
+  issue.unlock();
+  m.queueCv.notify_all();
+  return work;
+}
+
+void Communicator::Impl::progressLoop() {
+  for (;;) {
+    std::pair<PreparedAllreduce, WorkPtr> task;
+    {
+      std::unique_lock<std::mutex> lk(issueMu);
+      queueCv.wait(lk, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping, and drained
+      task = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+    }
+    CallStats stats;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> exec(execMu);
+      task.second->markStarted();
+      try {
+        execute(task.first, &stats);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    task.second->complete(std::move(stats), error);
+    {
+      std::lock_guard<std::mutex> lk(issueMu);
+      busy = false;
+    }
+    queueCv.notify_all();
+  }
+}
+
+// Runs one all-reduce on the calling thread. execMu is held.
+void Communicator::Impl::execute(PreparedAllreduce& call, CallStats* stats) {
+  checkUsable();  // an earlier queued call may have failed
+  const uint8_t* in = call.in;
+  uint8_t* out = call.out;
+  const size_t count = call.count;
+  const DataType dtype = call.dtype;
+  const ReduceOp op = call.op;
+  const Algorithm algorithm = call.algorithm;
+  const size_t elem = dataTypeSize(dtype);
+  const size_t bytes = count * elem;
   int64_t timeoutMs = -1;
-  const Deadline deadline = m.deadlineFor(options.timeout, &timeoutMs);
-  std::string why = "requested";
-  Algorithm algorithm = options.algorithm;
-  if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(bytes, &why);
-  if (m.size == 1) algorithm = Algorithm::Ring;  // nothing moves; both are a copy
-
-  const int64_t seq = m.seq++;
+  const Deadline deadline = deadlineFor(call.timeout, &timeoutMs);
   const auto start = Deadline::Clock::now();
-  m.last = CallStats{};
-  m.last.collective = "allreduce";
-  m.last.algorithm = std::string(toString(algorithm));
-  m.last.seq = seq;
-  m.last.count = count;
-  m.last.bytes = bytes;
-  TCCL_INFO("allreduce #" << seq << " " << count << " x " << toString(dtype) << " " << toString(op)
-                          << ": " << toString(algorithm) << " (" << why << ")");
+  stats->collective = "allreduce";
+  stats->algorithm = std::string(toString(algorithm));
+  stats->seq = call.seq;
+  stats->count = count;
+  stats->bytes = bytes;
+  TCCL_INFO("allreduce #" << call.seq << " " << count << " x " << toString(dtype) << " "
+                          << toString(op) << ": " << toString(algorithm) << " (" << call.why
+                          << ")");
 
-  const size_t segElems = std::max<size_t>(1, m.segmentBytes / elem);
+  const size_t segElems = std::max<size_t>(1, segmentBytes / elem);
   algo::Schedule schedule = algorithm == Algorithm::Naive
-                                ? algo::naiveAllreduce(m.rank, m.size, count, segElems)
-                                : algo::ringAllreduce(m.rank, m.size, count, segElems);
+                                ? algo::naiveAllreduce(rank, size, count, segElems)
+                                : algo::ringAllreduce(rank, size, count, segElems);
   // Naive reads its input while it writes its output; in place, it works from a copy.
   std::vector<uint8_t> inputCopy;
-  if (algorithm == Algorithm::Naive && in == out && count > 0 && m.size > 1) {
+  if (algorithm == Algorithm::Naive && in == out && count > 0 && size > 1) {
     inputCopy.assign(in, in + bytes);
     in = inputCopy.data();
   }
@@ -249,50 +393,53 @@ void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, D
   ctx.output = out;
   ctx.dtype = dtype;
   ctx.op = op;
-  ctx.worldSize = m.size;
-  ctx.rank = m.rank;
-  ctx.seq = static_cast<uint32_t>(seq);
+  ctx.worldSize = size;
+  ctx.rank = rank;
+  ctx.seq = static_cast<uint32_t>(call.seq);
   ctx.fingerprint =
       wire::fingerprint("allreduce", static_cast<uint8_t>(algorithm), static_cast<uint8_t>(dtype),
                         static_cast<uint8_t>(op), count, -1);
   ctx.collective = "allreduce";
-  ctx.seqFull = seq;
+  ctx.seqFull = call.seq;
   ctx.deadline = deadline;
   ctx.timeoutMs = timeoutMs;
-  ctx.spinMicros = m.spinMicros;
+  ctx.spinMicros = spinMicros;
 
-  const CommStats before = m.transport->stats();
+  const CommStats before = transport->stats();
   try {
-    if (m.size == 1 || count == 0) {
+    if (size == 1 || count == 0) {
       if (in != out && count > 0) std::memcpy(out, in, bytes);
-      if (op == ReduceOp::Avg && count > 0) reduce::divide(out, count, dtype, m.size);
+      if (op == ReduceOp::Avg && count > 0) reduce::divide(out, count, dtype, size);
     } else {
       try {
-        m.transport->connect(schedule.peers, deadline);
+        transport->connect(schedule.peers, deadline);
       } catch (const Error& e) {
         ErrorInfo info = e.info();
         info.collective = "allreduce";
-        info.seq = seq;
+        info.seq = call.seq;
         info.algorithm = schedule.algorithm;
         info.phase = "connect";
         info.timeoutMs = timeoutMs;
         throwError(std::move(info));
       }
-      m.executor.run(schedule, ctx, *m.transport);
+      executor.run(schedule, ctx, *transport);
     }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::InvalidArgument) {
-      m.abortCause = e.info();
-      m.transport->closeAll();
+      {
+        std::lock_guard<std::mutex> lk(abortMu);
+        if (!abortCause) abortCause = e.info();
+      }
+      transport->closeAll();
     }
     throw;
   }
-  const CommStats after = m.transport->stats();
+  const CommStats after = transport->stats();
   for (const auto& [peer, c] : after.perPeer) {
     auto it = before.perPeer.find(peer);
-    m.last.traffic.perPeer[peer] = it == before.perPeer.end() ? c : c - it->second;
+    stats->traffic.perPeer[peer] = it == before.perPeer.end() ? c : c - it->second;
   }
-  m.last.seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
+  stats->seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
 }
 
 }  // namespace tccl

@@ -1,0 +1,83 @@
+// Handles of asynchronous collectives.
+//
+//   auto work = comm.allreduceAsync(std::span<float>(grad), tccl::ReduceOp::Avg);
+//   ... compute ...
+//   work->wait();           // rethrows the collective's error, if any
+//
+// Threading rules (see docs/async.md):
+// - Any thread may issue collectives on a communicator; they execute in the order they
+//   were issued, one at a time, and every rank must issue the same sequence.
+// - Asynchronous collectives run on the communicator's progress thread, started on the
+//   first asynchronous call. A blocking call with nothing queued runs on the caller's
+//   thread (lowest latency); with work queued it waits its turn.
+// - Buffers of an asynchronous call must stay valid and untouched until it completes.
+// - Completion callbacks run on the progress thread, exactly once, in issue order. They
+//   may issue asynchronous calls but must not wait on the same communicator.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "tccl/error.hpp"
+#include "tccl/stats.hpp"
+
+namespace tccl {
+
+class Work {
+ public:
+  using Callback = std::function<void(const Error* error)>;
+  using Clock = std::chrono::steady_clock;
+
+  Work(std::string collective, int64_t seq, int rank);
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // True once the collective has finished, successfully or not.
+  bool isCompleted() const;
+  bool test() const { return isCompleted(); }
+  // Blocks until the collective completes (and its callbacks have run), then rethrows
+  // its error if it failed. With a
+  // timeout, throws TimeoutError if it has not completed by then; the collective
+  // itself goes on (wait again, or let the communicator's own deadline end it).
+  void wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Runs fn once when the collective completes (on the progress thread), or right
+  // away on this thread if it already has. error is null on success.
+  void onComplete(Callback fn);
+
+  // Valid once completed.
+  const CallStats& stats() const { return stats_; }
+  std::exception_ptr exception() const;
+  Clock::time_point startTime() const { return started_; }
+  Clock::time_point endTime() const { return ended_; }
+  int64_t seq() const { return seq_; }
+
+  // ---- for the communicator ----
+  void markStarted();
+  // Records the outcome and runs the callbacks. Called exactly once.
+  void complete(CallStats stats, std::exception_ptr error);
+
+ private:
+  void runCallback(const Callback& fn, const std::exception_ptr& error);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<Callback> callbacks_;
+  CallStats stats_;
+  std::string collective_;
+  int64_t seq_ = -1;
+  int rank_ = -1;
+  Clock::time_point started_{};
+  Clock::time_point ended_{};
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace tccl

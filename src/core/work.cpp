@@ -1,0 +1,101 @@
+#include "tccl/work.hpp"
+
+#include "core/log.hpp"
+
+namespace tccl {
+
+Work::Work(std::string collective, int64_t seq, int rank)
+    : collective_(std::move(collective)), seq_(seq), rank_(rank) {}
+
+bool Work::isCompleted() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+
+void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (timeout) {
+    if (!cv_.wait_for(lk, *timeout, [&] { return done_; })) {
+      ErrorInfo info;
+      info.kind = ErrorKind::Timeout;
+      info.rank = rank_;
+      info.collective = collective_;
+      info.seq = seq_;
+      info.message = "Work::wait: not completed yet (the collective goes on)";
+      info.elapsedMs = timeout->count();
+      info.timeoutMs = timeout->count();
+      throwError(std::move(info));
+    }
+  } else {
+    cv_.wait(lk, [&] { return done_; });
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void Work::onComplete(Callback fn) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!done_) {
+    callbacks_.push_back(std::move(fn));
+    return;
+  }
+  std::exception_ptr err = error_;
+  lk.unlock();
+  runCallback(fn, err);
+}
+
+void Work::markStarted() {
+  std::lock_guard<std::mutex> lk(mu_);
+  started_ = Clock::now();
+}
+
+void Work::complete(CallStats stats, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_ = std::move(stats);
+    error_ = error;
+    ended_ = Clock::now();
+    if (started_ == Clock::time_point{}) started_ = ended_;
+  }
+  // Run the callbacks before declaring the work done, so that wait() returns only
+  // after they have run (a bucket's results are unpacked by its callback). Callbacks
+  // registered while these run are picked up by the next round.
+  for (;;) {
+    std::vector<Callback> callbacks;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (callbacks_.empty()) {
+        done_ = true;
+        break;
+      }
+      callbacks.swap(callbacks_);
+    }
+    for (auto& fn : callbacks) runCallback(fn, error);
+  }
+  cv_.notify_all();
+}
+
+void Work::runCallback(const Callback& fn, const std::exception_ptr& error) {
+  // A callback that throws must not take the progress thread down with it.
+  try {
+    if (!error) {
+      fn(nullptr);
+      return;
+    }
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      fn(&e);
+    }
+  } catch (const std::exception& e) {
+    TCCL_WARN("a completion callback of " << collective_ << " #" << seq_ << " threw: " << e.what());
+  } catch (...) {
+    TCCL_WARN("a completion callback of " << collective_ << " #" << seq_ << " threw");
+  }
+}
+
+}  // namespace tccl
