@@ -57,5 +57,30 @@ echo "$out"
 check "bench exits 0" test $rc -eq 0
 check "bench reports no wrong elements" awk '!/^#/ && NF>=9 { if ($9 != 0) exit 1 }' <<<"$out"
 
+out=$(run overlap --world 2 --preset resnet50 --scale 0.05 --steps 1 --caps 256K,4M --compute-ms 5 --json); rc=$?
+echo "$out"
+check "overlap exits 0" test $rc -eq 0
+check "overlap JSON: correct, every variant, sane figures" /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["correct"] and d["world"] == 2 and d["tensors"] == 161, d
+names = [v["name"] for v in d["variants"]]
+assert names == ["sync (1 all-reduce)", "per-tensor async", "bucket 256 KiB", "bucket 4 MiB"], names
+for v in d["variants"]:
+    assert v["step_ms"] > 0 and v["comm_ms"] > 0 and 0 <= v["hidden"] <= 1, v
+assert d["variants"][1]["buckets"] == 161  # one all-reduce per tensor
+' "$out"
+svg=$(mktemp --suffix=.svg)
+out=$(run overlap --world 2 --preset gpt2-small --scale 0.01 --steps 1 --caps 1M --plot "$svg"); rc=$?
+echo "$out"
+check "overlap gpt2-small exits 0" test $rc -eq 0
+check "overlap reports PASS" grep -q "correctness: PASS" <<<"$out"
+check "overlap writes an SVG plot" grep -q "<svg" "$svg"
+rm -f "$svg"
+for bad in "--preset vgg" "--steps 0" "--caps 0" "--plot x.png" "--scale -1" "--file /nonexistent"; do
+  err=$(run overlap $bad 2>&1 >/dev/null); rc=$?
+  check "overlap $bad exits 2" test $rc -eq 2
+done
+
 echo "$pass passed, $fails failed"
 test $fails -eq 0
