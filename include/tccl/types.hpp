@@ -38,6 +38,9 @@ enum class Algorithm : uint8_t {
 };
 
 size_t dataTypeSize(DataType t);
+// False for values outside the enum (e.g. a cast from a bad integer).
+bool isValid(DataType t);
+bool isValid(ReduceOp op);
 std::string_view toString(DataType t);
 std::string_view toString(ReduceOp op);
 std::string_view toString(Algorithm a);

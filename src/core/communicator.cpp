@@ -40,8 +40,6 @@ uint64_t randomJobId() {
 // Measured in docs/PERFORMANCE.md.
 constexpr int64_t kDefaultSpinMicros = 50;
 
-bool validDataType(DataType t) { return static_cast<uint8_t>(t) <= 3; }
-bool validOp(ReduceOp op) { return static_cast<uint8_t>(op) <= 4; }
 
 }  // namespace
 
@@ -254,9 +252,9 @@ PreparedAllreduce Communicator::prepareAllreduce(const void* sendbuf, void* recv
                                                  const AllreduceOptions& options) {
   Impl& m = *impl_;
   m.checkUsable();
-  if (!validDataType(dtype))
+  if (!isValid(dtype))
     m.invalid("allreduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
-  if (!validOp(op))
+  if (!isValid(op))
     m.invalid("allreduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
   const size_t elem = dataTypeSize(dtype);
   if (count > (size_t{1} << 62) / elem)

@@ -20,6 +20,9 @@ size_t dataTypeSize(DataType t) {
   return 0;
 }
 
+bool isValid(DataType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::Int64); }
+bool isValid(ReduceOp op) { return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::Avg); }
+
 std::string_view toString(DataType t) {
   switch (t) {
     case DataType::Float32:
