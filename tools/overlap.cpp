@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -288,9 +289,18 @@ class Worker {
         for (const auto& b : bucketer->buckets()) works.push_back(b.work);
       }
       std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;
+      const bool trace = std::getenv("TCCL_OVERLAP_TRACE") != nullptr && comm_.rank() == 0;
       for (auto& w : works) {
         w->wait();
         iv.emplace_back(w->startTime(), w->endTime());
+        if (trace) {
+          std::fprintf(
+              stderr, "trace %s: %8.3f MiB start %8.1f ms dur %8.1f ms %s\n", v.name.c_str(),
+              static_cast<double>(w->stats().bytes) / 1048576.0,
+              std::chrono::duration<double, std::milli>(w->startTime() - t0).count(),
+              std::chrono::duration<double, std::milli>(w->endTime() - w->startTime()).count(),
+              w->stats().algorithm.c_str());
+        }
       }
       t.comm = unionSeconds(iv);
       t.buckets = works.size();

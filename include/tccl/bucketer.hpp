@@ -71,7 +71,12 @@ class Bucketer {
   BucketOptions options_;
   std::map<DataType, std::unique_ptr<Open>> open_;
   std::vector<BucketInfo> launched_;
-  std::vector<std::shared_ptr<std::vector<uint8_t>>> buffers_;  // kept alive until finish
+  std::shared_ptr<std::vector<uint8_t>> takeBuffer(size_t capacity);
+
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> buffers_;  // in flight until finish
+  // Flat buffers of earlier steps, reused: a fresh allocation per bucket per step costs
+  // page faults and reallocating copies on every step.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> pool_;
   bool finished_ = true;
 };
 

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "tccl/error.hpp"
+#include "tccl/half.hpp"
 #include "tccl/stats.hpp"
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
@@ -35,7 +36,7 @@ struct CommOptions {
   // Address to listen on and publish. Empty: the local address of the TcpStore
   // connection (the interface that routes to the store), else 127.0.0.1.
   std::string listenAddress;
-  // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 256 KiB).
+  // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB).
   size_t segmentBytes = 0;
 };
 
@@ -56,6 +57,14 @@ constexpr DataType dataTypeOf() {
     return DataType::Int32;
   else if constexpr (std::is_same_v<T, int64_t>)
     return DataType::Int64;
+  else if constexpr (std::is_same_v<T, float16>)
+    return DataType::Float16;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return DataType::BFloat16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DataType::Int8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DataType::UInt8;
   else
     static_assert(sizeof(T) == 0, "tccl: unsupported element type");
 }

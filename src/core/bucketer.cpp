@@ -7,7 +7,7 @@ namespace tccl {
 
 struct Bucketer::Open {
   DataType dtype = DataType::Float32;
-  std::shared_ptr<std::vector<uint8_t>> flat = std::make_shared<std::vector<uint8_t>>();
+  std::shared_ptr<std::vector<uint8_t>> flat;
   std::vector<std::pair<uint8_t*, size_t>> members;  // (tensor, bytes) in packing order
 };
 
@@ -58,7 +58,11 @@ void Bucketer::add(void* data, size_t count, DataType dtype) {
   }
   Open& b = *slot;
   const size_t cap = launched_.empty() ? options_.firstCapBytes : options_.capBytes;
-  if (!b.flat->empty() && b.flat->size() + bytes > cap) launch(b);
+  if (!b.flat) b.flat = takeBuffer(std::max(cap, options_.capBytes));
+  if (!b.flat->empty() && b.flat->size() + bytes > cap) {
+    launch(b);
+    b.flat = takeBuffer(options_.capBytes);
+  }
   auto* p = static_cast<uint8_t*>(data);
   b.flat->insert(b.flat->end(), p, p + bytes);
   b.members.emplace_back(p, bytes);
@@ -66,11 +70,24 @@ void Bucketer::add(void* data, size_t count, DataType dtype) {
   if (b.flat->size() >= capNow) launch(b);
 }
 
+std::shared_ptr<std::vector<uint8_t>> Bucketer::takeBuffer(size_t capacity) {
+  std::shared_ptr<std::vector<uint8_t>> buf;
+  if (!pool_.empty()) {
+    buf = std::move(pool_.back());
+    pool_.pop_back();
+    buf->clear();
+  } else {
+    buf = std::make_shared<std::vector<uint8_t>>();
+  }
+  buf->reserve(capacity);
+  return buf;
+}
+
 void Bucketer::launch(Open& b) {
-  if (b.flat->empty()) return;
+  if (!b.flat || b.flat->empty()) return;
   std::shared_ptr<std::vector<uint8_t>> flat = std::move(b.flat);
   auto members = std::make_shared<std::vector<std::pair<uint8_t*, size_t>>>(std::move(b.members));
-  b.flat = std::make_shared<std::vector<uint8_t>>();
+  b.flat = nullptr;
   b.members.clear();
   AllreduceOptions ao;
   ao.algorithm = options_.algorithm;
@@ -105,6 +122,7 @@ void Bucketer::finish() {
     }
   }
   finished_ = true;
+  for (auto& buf : buffers_) pool_.push_back(std::move(buf));
   buffers_.clear();
   if (first) std::rethrow_exception(first);
 }

@@ -17,9 +17,10 @@ std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi);
 
 // TCCL_TIMEOUT_MS (milliseconds; -1 or 0 = no timeout).
 std::optional<int64_t> timeoutMs();
-// TCCL_SEGMENT_BYTES (pipeline segment, default 256 KiB).
+// TCCL_SEGMENT_BYTES (pipeline segment, default 1 MiB: the best of 64 KiB..4 MiB at
+// 64 MiB, worlds 2 and 4, in docs/PERFORMANCE.md).
 size_t segmentBytes();
-constexpr size_t kDefaultSegmentBytes = 256 * 1024;
+constexpr size_t kDefaultSegmentBytes = 1024 * 1024;
 // TCCL_ALGO: "ring", "naive", "auto" or "allreduce:ring" (several comma-separated
 // "collective:algo" entries allowed). Returns the all-reduce entry, if any.
 std::optional<Algorithm> allreduceAlgorithm();
