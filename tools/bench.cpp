@@ -1,66 +1,531 @@
-// tccl bench: all-reduce time and bandwidth over a list of sizes, nccl-tests style.
-// Spawns N local ranks (processes). Per size: warm-up iterations, then timed
-// iterations; the time of a size is the average per-iteration time of the slowest
-// rank (max over ranks, found with an all-reduce). A separate correctness pass
-// counts wrong elements. algbw = bytes / time; busbw = algbw * 2(n-1)/n (1e9 B/s).
+// tccl bench: nccl-tests-shaped benchmark of any collective and algorithm.
+//
+//   tccl bench --world 4 -b 8 -e 64M -f 2 --op allreduce --algo ring|tree|hd|rd|naive|auto|all
+//
+// Spawns N local ranks (processes), or, with no --world and a rank in the environment
+// (TCCL_RANK / RANK, as under tccl launch, torchrun, mpirun), runs as that rank. Per
+// size and algorithm: a correctness pass (rank-dependent data, every element checked,
+// #wrong = wrong elements, max over ranks), warm-up iterations, then timed iterations
+// (count agreed across ranks: --iters, or rank 0's choice for a ~0.2 s budget,
+// broadcast to all); time = the slowest rank's average per iteration. Columns and
+// factors as nccl-tests: size = bytes of the larger buffer per rank, algbw = size /
+// time, busbw = algbw x factor (all-reduce 2(n-1)/n; reduce-scatter, all-gather,
+// all-to-all, gather, scatter (n-1)/n; broadcast, reduce, send/recv 1), GB/s = 1e9
+// bytes/s; plus bytes/rank (payload sent, max over ranks, from the transport's
+// counters) and its ratio to the collective's bandwidth-optimal bound.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <sstream>
 
-#include "algorithms/chunking.hpp"
+#include "algorithms/allreduce.hpp"
+#include "algorithms/select.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
 #include "subcommands.hpp"
+#include "svg.hpp"
 
 namespace tccl::cli {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 const std::vector<std::string> kValueOptions = {
-    "world", "sizes", "dtype", "op", "algo", "iters", "warmup", "timeout-ms", "segment-bytes"};
-const std::vector<std::string> kFlags = {"json"};
+    "world", "sizes", "minbytes", "maxbytes", "stepfactor", "dtype",         "op",   "redop",
+    "root",  "algo",  "iters",    "warmup",   "timeout-ms", "segment-bytes", "plot", "scaling"};
+const std::vector<std::string> kFlags = {"json", "csv", "crossover", "progress", "no-check"};
+
+// nccl-tests' short options.
+const std::map<std::string, std::string> kShort = {
+    {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
+    {"-w", "--warmup"},   {"-d", "--dtype"},    {"-o", "--redop"},      {"-r", "--root"}};
+
+enum class Coll {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  Gather,
+  Scatter,
+  SendRecv
+};
+
+const std::vector<std::pair<std::string, Coll>> kColls = {
+    {"allreduce", Coll::AllReduce}, {"reduce_scatter", Coll::ReduceScatter},
+    {"allgather", Coll::AllGather}, {"broadcast", Coll::Broadcast},
+    {"reduce", Coll::Reduce},       {"alltoall", Coll::AllToAll},
+    {"gather", Coll::Gather},       {"scatter", Coll::Scatter},
+    {"sendrecv", Coll::SendRecv}};
 
 struct BenchConfig {
-  int world = 2;
+  int world = 0;  // 0: run as the rank the environment names
   std::vector<uint64_t> sizes;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
-  Algorithm algo = Algorithm::Ring;
-  int iters = 20;
+  Coll coll = Coll::AllReduce;
+  std::string collName = "allreduce";
+  int root = 0;
+  std::string algoArg = "ring";
+  int iters = 0;  // 0: adaptive
   int warmup = 5;
   int64_t timeoutMs = 120000;
   int64_t segmentBytes = 0;
-  bool json = false;
+  bool json = false, csv = false, crossover = false, progress = false, check = true;
+  std::string plot;
+  std::vector<int> scaling;
 };
 
 BenchConfig parseBench(const Args& a) {
   BenchConfig c;
-  c.world = static_cast<int>(a.getInt("world", 2));
-  std::string sizes = a.get("sizes", "8,1K,64K,1M,16M,64M");
-  std::stringstream ss(sizes);
-  std::string item;
-  while (std::getline(ss, item, ',')) c.sizes.push_back(parseSize(item));
+  c.world = static_cast<int>(a.getInt("world", 0));
+  c.crossover = a.flag("crossover");
+  if (auto sizes = a.get("sizes")) {
+    std::stringstream ss(*sizes);
+    std::string item;
+    while (std::getline(ss, item, ',')) c.sizes.push_back(parseSize(item));
+  } else {
+    const uint64_t lo = a.getSize("minbytes", c.crossover ? 1024 : 8);
+    const uint64_t hi = a.getSize("maxbytes", c.crossover ? (16u << 20) : (64u << 20));
+    const int64_t f = a.getInt("stepfactor", 2);
+    if (f < 2) throw UsageError{"-f/--stepfactor must be at least 2"};
+    if (lo > hi) throw UsageError{"-b/--minbytes is larger than -e/--maxbytes"};
+    for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= static_cast<uint64_t>(f))
+      c.sizes.push_back(s);
+  }
   c.dtype = a.getDataType("dtype", DataType::Float32);
-  c.op = a.getOp("op", ReduceOp::Sum);
-  c.algo = a.getAlgorithm("algo", Algorithm::Ring);
-  c.iters = static_cast<int>(a.getInt("iters", 20));
+  c.op = a.getOp("redop", ReduceOp::Sum);
+  c.collName = a.get("op", "allreduce");
+  bool found = false;
+  for (const auto& [name, coll] : kColls) {
+    if (name == c.collName) {
+      c.coll = coll;
+      found = true;
+    }
+  }
+  if (!found) {
+    throw UsageError{"unknown --op '" + c.collName +
+                     "' (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, "
+                     "gather, scatter, sendrecv)"};
+  }
+  c.root = static_cast<int>(a.getInt("root", 0));
+  c.algoArg = a.get("algo", c.crossover ? "ring,tree" : "auto");
+  c.iters = static_cast<int>(a.getInt("iters", 0));
   c.warmup = static_cast<int>(a.getInt("warmup", 5));
   c.timeoutMs = a.getInt("timeout-ms", 120000);
   c.segmentBytes = a.getInt("segment-bytes", 0);
   c.json = a.flag("json");
-  if (c.world < 1) throw UsageError{"--world must be at least 1"};
-  if (c.iters < 1 || c.warmup < 0) throw UsageError{"--iters must be >= 1 and --warmup >= 0"};
-  if (c.sizes.empty()) throw UsageError{"--sizes is empty"};
+  c.csv = a.flag("csv");
+  c.progress = a.flag("progress");
+  c.check = !a.flag("no-check");
+  c.plot = a.get("plot", "");
+  if (auto sc = a.get("scaling")) {
+    std::stringstream ss(*sc);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      int w = std::atoi(item.c_str());
+      if (w < 1) throw UsageError{"--scaling takes world sizes >= 1, e.g. 2,4,8,16"};
+      c.scaling.push_back(w);
+    }
+  }
+  if (c.world < 0) throw UsageError{"--world must be at least 1"};
+  if (c.iters < 0 || c.warmup < 0) throw UsageError{"--iters and --warmup must not be negative"};
+  if (c.sizes.empty()) throw UsageError{"no sizes to run"};
+  if (c.json && c.csv) throw UsageError{"--json and --csv are exclusive"};
+  if (!c.plot.empty()) {
+    const auto dot = c.plot.rfind('.');
+    const std::string ext = dot == std::string::npos ? "" : c.plot.substr(dot);
+    if (ext != ".svg" && ext != ".png") throw UsageError{"--plot writes FILE.svg or FILE.png"};
+  }
   return c;
 }
+
+// The algorithms --algo names for this collective ("all": every one it has).
+std::vector<Algorithm> algorithmsFor(const BenchConfig& c) {
+  std::vector<Algorithm> avail;
+  switch (c.coll) {
+    case Coll::AllReduce:
+      avail = algo::allreduceAlgorithms();
+      break;
+    case Coll::Broadcast:
+      avail = {Algorithm::Tree, Algorithm::Ring};
+      break;
+    case Coll::ReduceScatter:
+    case Coll::AllGather:
+      avail = {Algorithm::Ring};
+      break;
+    case Coll::Reduce:
+      avail = {Algorithm::Tree};
+      break;
+    default:
+      avail = {Algorithm::Auto};
+      break;
+  }
+  std::vector<Algorithm> out;
+  std::stringstream ss(c.algoArg);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "all") {
+      out.insert(out.end(), avail.begin(), avail.end());
+      if (avail.size() > 1) out.push_back(Algorithm::Auto);
+      continue;
+    }
+    auto a = parseAlgorithm(item);
+    if (!a) throw UsageError{"unknown --algo '" + item + "'"};
+    if (*a != Algorithm::Auto && std::find(avail.begin(), avail.end(), *a) == avail.end()) {
+      throw UsageError{"--algo " + item + " is not available for " + c.collName};
+    }
+    out.push_back(*a);
+  }
+  return out;
+}
+
+double busFactor(Coll c, int n) {
+  const double nn = n;
+  switch (c) {
+    case Coll::AllReduce:
+      return n > 1 ? 2 * (nn - 1) / nn : 0;
+    case Coll::ReduceScatter:
+    case Coll::AllGather:
+    case Coll::AllToAll:
+    case Coll::Gather:
+    case Coll::Scatter:
+      return (nn - 1) / nn;
+    default:
+      return 1;
+  }
+}
+
+// ---- one rank ---------------------------------------------------------------------
+
+struct Row {
+  uint64_t size = 0, count = 0;
+  std::string algo;
+  double timeUs = 0, algbw = 0, busbw = 0, wrong = 0, bytesPerRank = 0, ratio = 0;
+};
 
 double maxOverRanks(Communicator& comm, double v) {
   double out = 0;
   comm.allreduce(&v, &out, 1, DataType::Float64, ReduceOp::Max, {Algorithm::Ring, std::nullopt});
   return out;
+}
+
+class Runner {
+ public:
+  Runner(Communicator& comm, const BenchConfig& c) : comm_(comm), c_(c) {}
+
+  Row run(uint64_t sizeBytes, Algorithm algo) {
+    const int n = comm_.size(), r = comm_.rank();
+    const size_t N = static_cast<size_t>(n);
+    const size_t elem = dataTypeSize(c_.dtype);
+    const bool multi = c_.coll == Coll::ReduceScatter || c_.coll == Coll::AllGather ||
+                       c_.coll == Coll::AllToAll || c_.coll == Coll::Gather ||
+                       c_.coll == Coll::Scatter;
+    // size = the larger buffer; per-rank count is size / (elem x N) for the N-block ones.
+    const size_t total = std::max<size_t>(multi ? N : 1, sizeBytes / elem);
+    count_ = multi ? std::max<size_t>(1, total / N) : total;
+    const size_t inElems =
+        (c_.coll == Coll::ReduceScatter || c_.coll == Coll::AllToAll || c_.coll == Coll::Scatter)
+            ? count_ * N
+            : count_;
+    const size_t outElems =
+        (c_.coll == Coll::AllGather || c_.coll == Coll::AllToAll || c_.coll == Coll::Gather)
+            ? count_ * N
+            : count_;
+    in_.assign(inElems * elem, 0);
+    out_.assign(outElems * elem, 0);
+    opts_ = {algo, std::nullopt};
+    Row row;
+    row.size = std::max(inElems, outElems) * elem;
+    row.count = std::max(inElems, outElems);
+
+    // Correctness: rank r's data is r+1 (per block for the N-block collectives).
+    double wrong = 0;
+    std::string ran = std::string(toString(algo));
+    if (c_.check) {
+      prepareData();
+      call();
+      wrong = countWrong();
+    } else {
+      call();
+    }
+    ran = lastAlgo_;
+    sent_ = lastSent_;
+    for (int i = 0; i < c_.warmup; ++i) call();
+    // Iterations: given, or rank 0's pick for a ~0.2 s budget, the same on every rank.
+    int iters = c_.iters;
+    if (iters == 0) {
+      comm_.barrier();
+      const auto t0 = Clock::now();
+      call();
+      double one = std::chrono::duration<double>(Clock::now() - t0).count();
+      int64_t pick = static_cast<int64_t>(std::clamp(0.2 / std::max(one, 1e-7), 5.0, 2000.0));
+      comm_.broadcast(&pick, 1, DataType::Int64, 0);
+      iters = static_cast<int>(pick);
+    }
+    comm_.barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) call();
+    const double sec =
+        maxOverRanks(comm_, std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+    row.algo = ran;
+    row.timeUs = sec * 1e6;
+    row.algbw = static_cast<double>(row.size) / sec / 1e9;
+    row.busbw = row.algbw * busFactor(c_.coll, n);
+    row.wrong = maxOverRanks(comm_, wrong);
+    row.bytesPerRank = maxOverRanks(comm_, sent_);
+    const double bound = boundBytes(row.size, n);
+    row.ratio = bound > 0 ? row.bytesPerRank / bound : 0;
+    (void)r;
+    return row;
+  }
+
+ private:
+  // The bandwidth-optimal payload a rank must send, for the ratio column.
+  double boundBytes(uint64_t size, int n) const {
+    const double s = static_cast<double>(size), nn = n;
+    if (n <= 1) return 0;
+    switch (c_.coll) {
+      case Coll::AllReduce:
+        return 2 * (nn - 1) / nn * s;
+      case Coll::ReduceScatter:
+      case Coll::AllGather:
+      case Coll::AllToAll:
+        return (nn - 1) / nn * s;
+      case Coll::Gather:
+      case Coll::Scatter:
+        return (nn - 1) / nn * s;  // the root's share
+      default:
+        return s;  // broadcast, reduce, sendrecv: V once
+    }
+  }
+
+  void prepareData() {
+    const int n = comm_.size(), r = comm_.rank();
+    const size_t elem = dataTypeSize(c_.dtype);
+    const size_t B = count_ * elem;
+    switch (c_.coll) {
+      case Coll::AllToAll:
+      case Coll::ReduceScatter:
+        fill(in_.data(), in_.size() / elem, c_.dtype, r + 1);
+        break;
+      case Coll::Scatter:
+        for (int p = 0; p < n; ++p)
+          fill(in_.data() + static_cast<size_t>(p) * B, count_, c_.dtype, p + 1);
+        break;
+      case Coll::Broadcast:
+        fill(in_.data(), count_, c_.dtype, r == c_.root ? r + 1 : -1);
+        break;
+      default:
+        fill(in_.data(), in_.size() / elem, c_.dtype, r + 1);
+        break;
+    }
+    fill(out_.data(), out_.size() / elem, c_.dtype, 0);
+  }
+
+  double wrongIn(const uint8_t* p, size_t count, double expected) const {
+    double wrong = 0;
+    const size_t elem = dataTypeSize(c_.dtype);
+    for (size_t off = 0; off < count;) {
+      auto bad = firstMismatch(p + off * elem, count - off, c_.dtype, expected);
+      if (!bad) break;
+      wrong += 1;
+      off += bad->index + 1;
+    }
+    return wrong;
+  }
+
+  double countWrong() const {
+    const int n = comm_.size(), r = comm_.rank();
+    const size_t elem = dataTypeSize(c_.dtype);
+    const size_t B = count_ * elem;
+    switch (c_.coll) {
+      case Coll::AllReduce:
+      case Coll::ReduceScatter:
+        return wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op));
+      case Coll::Reduce:
+        return r == c_.root ? wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op))
+                            : 0;
+      case Coll::AllGather:
+      case Coll::AllToAll: {
+        double w = 0;
+        for (int p = 0; p < n; ++p)
+          w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
+        return w;
+      }
+      case Coll::Gather: {
+        if (r != c_.root) return 0;
+        double w = 0;
+        for (int p = 0; p < n; ++p)
+          w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
+        return w;
+      }
+      case Coll::Scatter:
+        return wrongIn(out_.data(), count_, r + 1);
+      case Coll::Broadcast:
+        return wrongIn(out_.data(), count_, c_.root + 1);
+      case Coll::SendRecv:
+        return n > 1 ? wrongIn(out_.data(), count_, (r + n - 1) % n + 1) : 0;
+    }
+    return 0;
+  }
+
+  // Runs one call and records what it ran and sent (lastAlgo_, lastSent_).
+  void call() {
+    const int n = comm_.size(), r = comm_.rank();
+    const DataType dt = c_.dtype;
+    if (c_.coll == Coll::SendRecv) {
+      // A ring shift: send to r+1, receive from r-1 (asynchronously, so no order matters).
+      lastAlgo_ = "p2p";
+      lastSent_ = 0;
+      if (n == 1) {
+        std::copy(in_.begin(), in_.end(), out_.begin());
+        return;
+      }
+      WorkPtr s = comm_.sendAsync(in_.data(), count_, dt, (r + 1) % n, opts_);
+      WorkPtr q = comm_.recvAsync(out_.data(), count_, dt, (r + n - 1) % n, opts_);
+      s->wait();
+      q->wait();
+      lastSent_ = static_cast<double>(s->stats().traffic.total().payloadSent);
+      return;
+    }
+    switch (c_.coll) {
+      case Coll::AllReduce:
+        comm_.allreduce(in_.data(), out_.data(), count_, dt, c_.op, opts_);
+        break;
+      case Coll::ReduceScatter:
+        comm_.reduceScatter(in_.data(), out_.data(), count_, dt, c_.op, opts_);
+        break;
+      case Coll::AllGather:
+        comm_.allGather(in_.data(), out_.data(), count_, dt, opts_);
+        break;
+      case Coll::Broadcast:
+        comm_.broadcast(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        break;
+      case Coll::Reduce:
+        comm_.reduce(in_.data(), out_.data(), count_, dt, c_.op, c_.root, opts_);
+        break;
+      case Coll::AllToAll:
+        comm_.allToAll(in_.data(), out_.data(), count_, dt, opts_);
+        break;
+      case Coll::Gather:
+        comm_.gather(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        break;
+      case Coll::Scatter:
+        comm_.scatter(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        break;
+      case Coll::SendRecv:
+        break;
+    }
+    lastAlgo_ = comm_.lastCall().algorithm;
+    lastSent_ = static_cast<double>(comm_.lastCall().traffic.total().payloadSent);
+  }
+
+  Communicator& comm_;
+  const BenchConfig& c_;
+  size_t count_ = 0;
+  std::vector<uint8_t> in_, out_;
+  CollectiveOptions opts_;
+  double sent_ = 0;
+  std::string lastAlgo_;
+  double lastSent_ = 0;
+};
+
+std::string rowJson(const Row& row, const BenchConfig& c) {
+  std::ostringstream js;
+  js << "{\"size\": " << row.size << ", \"count\": " << row.count << ", \"type\": \""
+     << toString(c.dtype) << "\", \"redop\": \"" << toString(c.op) << "\", \"root\": " << c.root
+     << ", \"algo\": \"" << row.algo << "\", \"time_us\": " << row.timeUs
+     << ", \"algbw_gbps\": " << row.algbw << ", \"busbw_gbps\": " << row.busbw
+     << ", \"wrong\": " << row.wrong << ", \"bytes_per_rank\": " << row.bytesPerRank
+     << ", \"ratio_to_bound\": " << row.ratio << "}";
+  return js.str();
+}
+
+// Log-log plot of time and busbw against size, one line per algorithm.
+void writePlot(const std::string& path, const std::string& title, const std::vector<Row>& rows) {
+  std::map<std::string, std::vector<const Row*>> byAlgo;
+  for (const Row& r : rows) byAlgo[r.algo].push_back(&r);
+  const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
+                          "#b07aa1", "#76b7b2", "#9c755f"};
+  const int W = 900, H = 420, left = 70, top = 50, pw = 340, ph = 300, gap = 110;
+  Svg svg(W, H);
+  svg.text(W / 2.0, 22, title, 15, "middle");
+  double xmin = 1e300, xmax = 0;
+  for (const Row& r : rows) {
+    xmin = std::min(xmin, static_cast<double>(r.size));
+    xmax = std::max(xmax, static_cast<double>(r.size));
+  }
+  auto panel = [&](int x0, const char* ylabel, auto value) {
+    double ymin = 1e300, ymax = 0;
+    for (const Row& r : rows) {
+      const double v = value(r);
+      if (v > 0) {
+        ymin = std::min(ymin, v);
+        ymax = std::max(ymax, v);
+      }
+    }
+    if (ymax <= 0) return;
+    const double lx0 = std::log10(xmin), lx1 = std::log10(std::max(xmax, xmin * 10));
+    const double ly0 = std::floor(std::log10(ymin)), ly1 = std::ceil(std::log10(ymax) + 1e-9);
+    auto X = [&](double v) { return x0 + pw * (std::log10(v) - lx0) / (lx1 - lx0); };
+    auto Y = [&](double v) {
+      return top + ph - ph * (std::log10(v) - ly0) / std::max(1e-9, ly1 - ly0);
+    };
+    svg.line(x0, top + ph, x0 + pw, top + ph, "#333");
+    svg.line(x0, top, x0, top + ph, "#333");
+    for (double e = ly0; e <= ly1 + 1e-9; e += 1) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", std::pow(10.0, e));
+      svg.text(x0 - 6, Y(std::pow(10.0, e)) + 4, buf, 10, "end");
+      svg.line(x0, Y(std::pow(10.0, e)), x0 + pw, Y(std::pow(10.0, e)), "#eee");
+    }
+    for (double e = std::ceil(lx0); e <= lx1 + 1e-9; e += 1) {
+      svg.text(X(std::pow(10.0, e)), top + ph + 16, formatBytes(std::pow(10.0, e)), 10, "middle");
+    }
+    svg.text(x0 + pw / 2.0, top + ph + 34, "message size (bytes per rank)", 11, "middle");
+    svg.text(x0 - 52, top + ph / 2.0, ylabel, 11, "middle", -90);
+    size_t ci = 0;
+    for (const auto& [name, pts] : byAlgo) {
+      std::vector<std::pair<double, double>> line;
+      for (const Row* r : pts) {
+        if (value(*r) > 0) line.emplace_back(X(static_cast<double>(r->size)), Y(value(*r)));
+      }
+      const char* color = colors[ci++ % 7];
+      svg.polyline(line, color);
+      for (const auto& [px, py] : line) svg.circle(px, py, 2.5, color);
+    }
+  };
+  panel(left, "time (us)", [](const Row& r) { return r.timeUs; });
+  panel(left + pw + gap, "busbw (GB/s)", [](const Row& r) { return r.busbw; });
+  size_t ci = 0;
+  for (const auto& [name, pts] : byAlgo) {
+    svg.rect(left + 10 + 90.0 * static_cast<double>(ci), H - 26, 12, 12, colors[ci % 7]);
+    svg.text(left + 26 + 90.0 * static_cast<double>(ci), H - 16, name, 12);
+    ++ci;
+  }
+  const auto dot = path.rfind('.');
+  if (path.substr(dot) == ".svg") {
+    svg.save(path);
+    return;
+  }
+  // PNG: render the SVG with rsvg-convert (Debian's librsvg2-bin) when it is there.
+  const std::string tmp = path + ".tmp.svg";
+  svg.save(tmp);
+  const std::string cmd = "rsvg-convert -f png -o '" + path + "' '" + tmp + "' 2>/dev/null";
+  const int rc = std::system(cmd.c_str());
+  std::remove(tmp.c_str());
+  if (rc != 0)
+    throw UsageError{
+        "--plot FILE.png needs rsvg-convert (apt-get install librsvg2-bin); or use FILE.svg"};
 }
 
 int runWorker(const BenchConfig& c) {
@@ -69,116 +534,269 @@ int runWorker(const BenchConfig& c) {
   opts.segmentBytes = static_cast<size_t>(c.segmentBytes);
   Communicator comm = Communicator::fromEnv(opts);
   const int n = comm.size();
-  const size_t elem = dataTypeSize(c.dtype);
-  AllreduceOptions ao;
-  ao.algorithm = c.algo;
-  char line[512];
-  if (comm.rank() == 0 && !c.json) {
-    std::printf(
-        "# tccl bench: world %d, dtype %s, op %s, algo %s, %d warm-up + %d timed iterations\n", n,
-        std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
-        std::string(toString(c.algo)).c_str(), c.warmup, c.iters);
-    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "size", "count", "type",
-                "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "bytes/rank", "/bound");
-    std::printf("# %12s %12s %8s %6s %6s %12s %10s %10s %7s %14s %7s\n", "(B)", "(elements)", "",
-                "", "", "", "(GB/s)", "(GB/s)", "", "(sent)", "");
+  if ((c.coll == Coll::Broadcast || c.coll == Coll::Reduce || c.coll == Coll::Gather ||
+       c.coll == Coll::Scatter) &&
+      (c.root < 0 || c.root >= n)) {
+    throw UsageError{"--root " + std::to_string(c.root) + " is not a rank of a world of " +
+                     std::to_string(n)};
   }
-  std::ostringstream js;
-  js << "{\"world\": " << n << ", \"dtype\": \"" << toString(c.dtype) << "\", \"op\": \""
-     << toString(c.op) << "\", \"results\": [";
-  bool firstRow = true;
-  for (uint64_t bytes : c.sizes) {
-    const size_t count = std::max<size_t>(1, bytes / elem);
-    const size_t realBytes = count * elem;
-    std::vector<uint8_t> in(realBytes), out(realBytes);
-    // Correctness pass: rank r holds r+1.
-    fill(in.data(), count, c.dtype, comm.rank() + 1);
-    comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
-    const std::string algoRan = comm.lastCall().algorithm;
-    const double sentBytes = static_cast<double>(comm.lastCall().traffic.total().payloadSent);
-    double wrong = 0;
-    const double expected = expectedConstant(n, c.dtype, c.op);
-    for (size_t off = 0; off < count;) {
-      auto bad = firstMismatch(out.data() + off * elem, count - off, c.dtype, expected);
-      if (!bad) break;
-      wrong += 1;
-      off += bad->index + 1;
-    }
-    for (int i = 0; i < c.warmup; ++i)
-      comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
-    maxOverRanks(comm, 0);  // line the ranks up before timing
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < c.iters; ++i)
-      comm.allreduce(in.data(), out.data(), count, c.dtype, c.op, ao);
-    double sec =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / c.iters;
-    sec = maxOverRanks(comm, sec);
-    wrong = maxOverRanks(comm, wrong);
-    const double maxSent = maxOverRanks(comm, sentBytes);
-    const double algbw = static_cast<double>(realBytes) / sec / 1e9;
-    const double busbw = algbw * (n > 1 ? 2.0 * (n - 1) / n : 0.0);
-    const double bound = algo::allreduceBoundBytes(count, elem, n);
-    const double ratio = bound > 0 ? maxSent / bound : 0;
-    if (comm.rank() == 0) {
-      if (c.json) {
-        js << (firstRow ? "" : ", ") << "{\"size\": " << realBytes << ", \"count\": " << count
-           << ", \"algo\": \"" << algoRan << "\", \"time_us\": " << sec * 1e6
-           << ", \"algbw_gbps\": " << algbw << ", \"busbw_gbps\": " << busbw
-           << ", \"wrong\": " << wrong << ", \"bytes_per_rank\": " << maxSent
-           << ", \"ratio_to_bound\": " << ratio << "}";
-      } else {
-        std::snprintf(line, sizeof line,
-                      "  %12zu %12zu %8s %6s %6s %12.2f %10.3f %10.3f %7.0f %14.0f %7.3f\n",
-                      realBytes, count, std::string(toString(c.dtype)).c_str(),
-                      std::string(toString(c.op)).c_str(), algoRan.c_str(), sec * 1e6, algbw, busbw,
-                      wrong, maxSent, ratio);
-        std::fputs(line, stdout);
+  const std::vector<Algorithm> algos = algorithmsFor(c);
+  const bool lead = comm.rank() == 0;
+  const bool table = !c.json && !c.csv;
+  if (lead && table) {
+    std::printf(
+        "# tccl bench: %s, world %d, dtype %s, redop %s, root %d, %s iterations, %d warm-up\n",
+        c.collName.c_str(), n, std::string(toString(c.dtype)).c_str(),
+        std::string(toString(c.op)).c_str(), c.root,
+        c.iters ? std::to_string(c.iters).c_str() : "adaptive", c.warmup);
+    std::printf("# %12s %12s %8s %6s %5s %6s %12s %11s %11s %7s %14s %7s\n", "size", "count",
+                "type", "redop", "root", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
+                "bytes/rank", "/bound");
+  }
+  if (lead && c.csv)
+    std::printf(
+        "size,count,type,redop,root,algo,time_us,algbw_gbps,busbw_gbps,wrong,bytes_per_rank,"
+        "ratio\n");
+  Runner runner(comm, c);
+  std::vector<Row> rows;
+  const auto started = Clock::now();
+  const size_t total = c.sizes.size() * algos.size();
+  const bool bar = lead && (c.progress || isatty(STDERR_FILENO));
+  for (uint64_t size : c.sizes) {
+    for (Algorithm a : algos) {
+      Row row = runner.run(size, a);
+      rows.push_back(row);
+      if (lead && table) {
+        std::printf("  %12llu %12llu %8s %6s %5d %6s %12.2f %11.3f %11.3f %7.0f %14.0f %7.3f\n",
+                    static_cast<unsigned long long>(row.size),
+                    static_cast<unsigned long long>(row.count),
+                    std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
+                    c.root, row.algo.c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
+                    row.bytesPerRank, row.ratio);
         std::fflush(stdout);
+      } else if (lead && c.csv) {
+        std::printf("%llu,%llu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%.0f,%.0f,%.6f\n",
+                    static_cast<unsigned long long>(row.size),
+                    static_cast<unsigned long long>(row.count),
+                    std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
+                    c.root, row.algo.c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
+                    row.bytesPerRank, row.ratio);
+      }
+      // A progress bar for sweeps that take more than a few seconds.
+      const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+      if (bar && elapsed > 3) {
+        const size_t done = rows.size();
+        const int width = 30, fill = static_cast<int>(width * done / total);
+        std::fprintf(
+            stderr, "\r[%s%s] %zu/%zu  %.0f s", std::string(static_cast<size_t>(fill), '#').c_str(),
+            std::string(static_cast<size_t>(width - fill), '.').c_str(), done, total, elapsed);
+        if (done == total) std::fprintf(stderr, "\n");
       }
     }
-    firstRow = false;
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peakMiB = maxOverRanks(comm, static_cast<double>(ru.ru_maxrss) / 1024.0);
-  if (comm.rank() == 0) {
-    if (c.json) {
-      js << "], \"peak_rss_mib_per_rank\": " << peakMiB << "}";
-      std::cout << js.str() << std::endl;
-    } else {
-      std::printf("# peak RSS per rank (max over ranks): %.1f MiB\n", peakMiB);
+  if (!lead) return 0;
+  double wrongTotal = 0;
+  for (const Row& r : rows) wrongTotal += r.wrong;
+
+  // The crossover report: where the ring starts beating the tree, measured and predicted.
+  std::string crossover;
+  if (c.crossover) {
+    std::map<uint64_t, std::map<std::string, double>> t;
+    for (const Row& r : rows) t[r.size][r.algo] = r.timeUs;
+    std::string measured = "none in the sweep";
+    for (const auto& [size, byAlgo] : t) {
+      if (byAlgo.count("ring") && byAlgo.count("tree") && byAlgo.at("ring") < byAlgo.at("tree")) {
+        measured = formatBytes(static_cast<double>(size));
+        break;
+      }
     }
+    std::string predicted = "none in the sweep";
+    const algo::LinkModel model = algo::LinkModel::fromEnv();
+    for (const auto& [size, byAlgo] : t) {
+      if (algo::predictAllreduceSec(Algorithm::Ring, n, size, model) <
+          algo::predictAllreduceSec(Algorithm::Tree, n, size, model)) {
+        predicted = formatBytes(static_cast<double>(size));
+        break;
+      }
+    }
+    crossover = "crossover (smallest size where ring beats tree): measured " + measured +
+                ", cost model " + predicted;
   }
+
+  if (c.json) {
+    std::cout << "{\"collective\": \"" << c.collName << "\", \"world\": " << n << ", \"dtype\": \""
+              << toString(c.dtype) << "\", \"redop\": \"" << toString(c.op) << "\", \"results\": [";
+    for (size_t i = 0; i < rows.size(); ++i) std::cout << (i ? ", " : "") << rowJson(rows[i], c);
+    std::cout << "], \"peak_rss_mib_per_rank\": " << peakMiB;
+    if (c.crossover) std::cout << ", \"crossover\": \"" << crossover << "\"";
+    std::cout << "}" << std::endl;
+  } else if (table) {
+    std::printf("# peak RSS per rank (max over ranks): %.1f MiB\n", peakMiB);
+    std::printf("# out of bounds values : %.0f %s\n", wrongTotal,
+                wrongTotal == 0 ? "OK" : "FAILED");
+    if (c.crossover) std::printf("# %s\n", crossover.c_str());
+  }
+  if (!c.plot.empty()) {
+    writePlot(c.plot,
+              "tccl bench: " + c.collName + ", world " + std::to_string(n) + ", " +
+                  std::string(toString(c.dtype)),
+              rows);
+    if (table) std::printf("# plot: %s\n", c.plot.c_str());
+  }
+  return wrongTotal == 0 ? 0 : 1;
+}
+
+std::vector<std::string> expandShortOptions(int argc, char** argv, int first) {
+  std::vector<std::string> out;
+  for (int i = first; i < argc; ++i) {
+    auto it = kShort.find(argv[i]);
+    out.push_back(it == kShort.end() ? argv[i] : it->second);
+  }
+  return out;
+}
+
+Args argsFrom(const std::vector<std::string>& words) {
+  std::vector<char*> ptrs;
+  for (const auto& w : words) ptrs.push_back(const_cast<char*>(w.c_str()));
+  return Args(static_cast<int>(ptrs.size()), ptrs.data(), 0, kValueOptions, kFlags);
+}
+
+// --scaling: ring and naive bytes per rank as multiples of V for each world size.
+int runScaling(const BenchConfig& c, const std::vector<std::string>& words) {
+  const uint64_t V = c.sizes.back();
+  std::printf(
+      "# tccl bench --scaling: all-reduce of V = %s per rank, payload bytes sent per rank / V\n",
+      formatBytes(static_cast<double>(V)).c_str());
+  std::printf("# %6s %12s %12s %14s %14s\n", "world", "ring", "naive", "2(N-1)/N", "N-1");
+  std::vector<std::pair<int, std::pair<double, double>>> points;
+  for (int w : c.scaling) {
+    std::vector<std::string> args = {"--world",
+                                     std::to_string(w),
+                                     "--sizes",
+                                     std::to_string(V),
+                                     "--algo",
+                                     "ring,naive",
+                                     "--iters",
+                                     "1",
+                                     "--warmup",
+                                     "0",
+                                     "--json",
+                                     "--dtype",
+                                     std::string(toString(c.dtype))};
+    // Workers print JSON on rank 0's stdout; read it back through a pipe.
+    std::string cmd = "'" + proc::selfExe() + "' bench";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) throw UsageError{"cannot run " + cmd};
+    std::string outText;
+    char buf[4096];
+    while (size_t k = fread(buf, 1, sizeof buf, p)) outText.append(buf, k);
+    const int rc = pclose(p);
+    if (rc != 0) {
+      std::fprintf(stderr, "tccl bench --scaling: world %d failed\n", w);
+      return 1;
+    }
+    auto grab = [&](const std::string& algo) {
+      const auto at = outText.find("\"algo\": \"" + algo + "\"");
+      if (at == std::string::npos) return -1.0;
+      const auto b = outText.find("\"bytes_per_rank\": ", at);
+      return std::atof(outText.c_str() + b + 18);
+    };
+    const double ring = grab("ring") / static_cast<double>(V),
+                 naive = grab("naive") / static_cast<double>(V);
+    points.push_back({w, {ring, naive}});
+    std::printf("  %6d %12.3f %12.3f %14.3f %14.3f\n", w, ring, naive,
+                w > 1 ? 2.0 * (w - 1) / w : 0.0, static_cast<double>(w - 1));
+    std::fflush(stdout);
+  }
+  if (!c.plot.empty()) {
+    const int W = 640, H = 400, left = 70, top = 50, pw = 500, ph = 280;
+    Svg svg(W, H);
+    svg.text(W / 2.0, 24, "payload bytes sent per rank / V, all-reduce", 15, "middle");
+    double ymax = 1;
+    int wmax = 2;
+    for (const auto& [w, v] : points) {
+      ymax = std::max({ymax, v.first, v.second});
+      wmax = std::max(wmax, w);
+    }
+    auto X = [&](double w) { return left + pw * (w - 1) / std::max(1, wmax - 1); };
+    auto Y = [&](double v) { return top + ph - ph * v / ymax; };
+    svg.line(left, top + ph, left + pw, top + ph, "#333");
+    svg.line(left, top, left, top + ph, "#333");
+    std::vector<std::pair<double, double>> ring, naive;
+    for (const auto& [w, v] : points) {
+      ring.emplace_back(X(w), Y(v.first));
+      naive.emplace_back(X(w), Y(v.second));
+      svg.text(X(w), top + ph + 16, std::to_string(w), 11, "middle");
+    }
+    for (int k = 0; k <= 4; ++k) {
+      char b[16];
+      std::snprintf(b, sizeof b, "%.1f", ymax * k / 4);
+      svg.text(left - 6, Y(ymax * k / 4) + 4, b, 10, "end");
+    }
+    svg.polyline(ring, "#4e79a7");
+    svg.polyline(naive, "#e15759");
+    svg.text(left + pw - 4, Y(points.back().second.first) - 8, "ring (-> 2V)", 12, "end");
+    svg.text(left + pw - 4, Y(points.back().second.second) + 16, "naive ((N-1) V)", 12, "end");
+    svg.text(left + pw / 2.0, top + ph + 36, "world size N", 12, "middle");
+    const auto dot = c.plot.rfind('.');
+    if (c.plot.substr(dot) != ".svg") throw UsageError{"--scaling --plot writes FILE.svg"};
+    svg.save(c.plot);
+    std::printf("# plot: %s\n", c.plot.c_str());
+  }
+  (void)words;
   return 0;
 }
 
 }  // namespace
 
 int benchMain(int argc, char** argv, int first) {
-  Args a(argc, argv, first, kValueOptions, kFlags);
+  const std::vector<std::string> words = expandShortOptions(argc, argv, first);
+  Args a = argsFrom(words);
   BenchConfig c = parseBench(a);
-  LocalRun run = runLocalRanks(c.world, "_bench-worker", a.raw(),
+  (void)algorithmsFor(c);  // a bad --algo is a usage error here, not in every worker
+  if (!c.scaling.empty()) return runScaling(c, words);
+  const bool underLauncher =
+      c.world == 0 && (std::getenv("TCCL_RANK") != nullptr || std::getenv("RANK") != nullptr);
+  if (underLauncher) {
+    try {
+      return runWorker(c);
+    } catch (const Error& e) {
+      std::cerr << "tccl bench: " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  if (c.world == 0) c.world = 2;
+  std::vector<std::string> args = words;
+  args.push_back("--world");
+  args.push_back(std::to_string(c.world));
+  LocalRun run = runLocalRanks(c.world, "_bench-worker", args,
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)),
                                std::chrono::milliseconds(2000));
-  const auto& results = run.children;
   int rc = 0;
-  for (const auto& r : results) {
+  for (const auto& r : run.children) {
     if (!r.ok()) {
       std::cerr << "tccl bench: rank " << r.index << " " << r.describe() << "\n";
-      rc = 1;
+      rc = r.exitCode > 0 ? r.exitCode : 1;
     }
   }
   return rc;
 }
 
 int benchWorkerMain(int argc, char** argv, int first) {
-  Args a(argc, argv, first, kValueOptions, kFlags);
+  Args a = argsFrom(expandShortOptions(argc, argv, first));
   BenchConfig c = parseBench(a);
   try {
     return runWorker(c);
   } catch (const Error& e) {
     std::cerr << "tccl bench worker: " << e.what() << std::endl;
     return 1;
+  } catch (const UsageError& e) {
+    std::cerr << "tccl bench: " << e.message << std::endl;
+    return 2;
   }
 }
 

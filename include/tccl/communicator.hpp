@@ -40,12 +40,14 @@ struct CommOptions {
   size_t segmentBytes = 0;
 };
 
-struct PreparedAllreduce;
+struct PreparedCall;
 
-struct AllreduceOptions {
+// Per-call options of every collective.
+struct CollectiveOptions {
   Algorithm algorithm = Algorithm::Auto;             // TCCL_ALGO applies when this is Auto
   std::optional<std::chrono::milliseconds> timeout;  // default: the communicator's
 };
+using AllreduceOptions = CollectiveOptions;
 
 template <typename T>
 constexpr DataType dataTypeOf() {
@@ -125,7 +127,69 @@ class Communicator {
                           op, options);
   }
 
-  // The algorithm Auto would run for this many bytes, and why.
+  // ---- the other collectives --------------------------------------------------------
+  // Conventions (as NCCL and torch.distributed): counts are per rank; buffers whose
+  // size is N x count hold rank p's block at offset p x count. Every collective has
+  // a blocking form and an ...Async form returning a Work. Root-only buffers may be
+  // null on other ranks. See docs/collectives.md.
+
+  // out[count] on rank r = op over ranks of in[r*count .. (r+1)*count). in: N*count.
+  void reduceScatter(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
+                     ReduceOp op, const CollectiveOptions& options = {});
+  WorkPtr reduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
+                             ReduceOp op, const CollectiveOptions& options = {});
+  // out[N*count]: block p is rank p's in[count]. In place when
+  // sendbuf == recvbuf + rank*count*size.
+  void allGather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
+                 const CollectiveOptions& options = {});
+  WorkPtr allGatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
+                         const CollectiveOptions& options = {});
+  // Every rank's recvbuf = root's sendbuf (sendbuf is read at the root only; pass
+  // the same buffer for both to broadcast in place).
+  void broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root,
+                 const CollectiveOptions& options = {});
+  void broadcast(void* buf, size_t count, DataType dtype, int root,
+                 const CollectiveOptions& options = {}) {
+    broadcast(buf, buf, count, dtype, root, options);
+  }
+  WorkPtr broadcastAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root,
+                         const CollectiveOptions& options = {});
+  // root's recvbuf = op over ranks of sendbuf (recvbuf is written at the root only).
+  void reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
+              int root, const CollectiveOptions& options = {});
+  WorkPtr reduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
+                      int root, const CollectiveOptions& options = {});
+  // Returns once every rank has entered the barrier.
+  void barrier(const CollectiveOptions& options = {});
+  WorkPtr barrierAsync(const CollectiveOptions& options = {});
+  // out block p = rank p's in block r. in and out: N*count each, distinct buffers.
+  void allToAll(const void* sendbuf, void* recvbuf, size_t countPerRank, DataType dtype,
+                const CollectiveOptions& options = {});
+  WorkPtr allToAllAsync(const void* sendbuf, void* recvbuf, size_t countPerRank, DataType dtype,
+                        const CollectiveOptions& options = {});
+  // root's out[N*count]: block p = rank p's in[count].
+  void gather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype, int root,
+              const CollectiveOptions& options = {});
+  WorkPtr gatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
+                      int root, const CollectiveOptions& options = {});
+  // rank p's out[count] = root's in block p (in: N*count, read at the root).
+  void scatter(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype, int root,
+               const CollectiveOptions& options = {});
+  WorkPtr scatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
+                       int root, const CollectiveOptions& options = {});
+  // Point to point. Messages between two ranks are matched in the order they are
+  // issued, and must be issued in the same order relative to collectives on both
+  // sides (a send is not a collective: it does not take a sequence number).
+  void send(const void* buf, size_t count, DataType dtype, int peer,
+            const CollectiveOptions& options = {});
+  void recv(void* buf, size_t count, DataType dtype, int peer,
+            const CollectiveOptions& options = {});
+  WorkPtr sendAsync(const void* buf, size_t count, DataType dtype, int peer,
+                    const CollectiveOptions& options = {});
+  WorkPtr recvAsync(void* buf, size_t count, DataType dtype, int peer,
+                    const CollectiveOptions& options = {});
+
+  // The algorithm Auto would run for an all-reduce of this many bytes, and why.
   Algorithm chooseAllreduceAlgorithm(size_t bytes, std::string* why = nullptr) const;
 
   // What the last blocking call did: algorithm, time and its own byte counters (an
@@ -143,8 +207,8 @@ class Communicator {
 
  private:
   struct Impl;
-  PreparedAllreduce prepareAllreduce(const void* sendbuf, void* recvbuf, size_t count,
-                                     DataType dtype, ReduceOp op, const AllreduceOptions& options);
+  // Validates, numbers and runs (or queues) one call.
+  WorkPtr issue(PreparedCall&& call, bool async);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -11,17 +11,24 @@
 namespace tccl {
 
 // Element types a collective can carry. The numeric values are part of the wire
-// fingerprint: append only, never renumber.
+// fingerprint: append only, never renumber. Float16 is IEEE binary16 and BFloat16 the
+// top half of a float32 (C++ storage types tccl::float16 and tccl::bfloat16 in
+// tccl/half.hpp); both reduce in float and round each result to nearest even.
 enum class DataType : uint8_t {
   Float32 = 0,
   Float64 = 1,
   Int32 = 2,
   Int64 = 3,
+  Float16 = 4,
+  BFloat16 = 5,
+  Int8 = 6,
+  UInt8 = 7,
 };
 
 // Reductions. Avg is defined as: Sum over all ranks, then divide by the world size,
 // once, at the end. For floating types that is a true division; for integer types it
-// is C++ integer division, which rounds toward zero (-7 / 2 == -3).
+// is C++ integer division, which rounds toward zero (-7 / 2 == -3). Float16 and
+// BFloat16 divide in float and round the quotient to nearest even.
 enum class ReduceOp : uint8_t {
   Sum = 0,
   Prod = 1,
@@ -30,11 +37,17 @@ enum class ReduceOp : uint8_t {
   Avg = 4,
 };
 
-// All-reduce algorithms. Auto asks the cost model (see docs/algorithms.md).
+// Algorithms. Auto asks the cost model (see docs/algorithms.md). Which apply to which
+// collective: all-reduce: ring, naive, tree, hd (recursive halving-doubling), rd
+// (recursive doubling); broadcast: tree (binomial) or ring (pipelined chain); the
+// others have one algorithm each and take Auto or its name.
 enum class Algorithm : uint8_t {
   Auto = 0,
   Ring = 1,
   Naive = 2,
+  Tree = 3,
+  HalvingDoubling = 4,
+  RecursiveDoubling = 5,
 };
 
 size_t dataTypeSize(DataType t);
@@ -45,7 +58,8 @@ std::string_view toString(DataType t);
 std::string_view toString(ReduceOp op);
 std::string_view toString(Algorithm a);
 // Parsers accept the names printed by toString and common aliases ("float", "double",
-// "fp32", "f64", "int", "long", ...). They return nullopt for anything else.
+// "fp32", "f64", "int", "long", "half", "fp16", "bf16", "i8", "u8", "byte", ...),
+// ignoring case. They return nullopt for anything else.
 std::optional<DataType> parseDataType(std::string_view s);
 std::optional<ReduceOp> parseReduceOp(std::string_view s);
 std::optional<Algorithm> parseAlgorithm(std::string_view s);

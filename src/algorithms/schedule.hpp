@@ -13,11 +13,15 @@
 
 namespace tccl::algo {
 
-enum class BufferId : uint8_t { Input, Output };
+// The buffers a schedule names. Ranges are element offsets in a collective's logical
+// vector; the executor maps them onto each buffer through that buffer's origin (for
+// example a reduce-scatter's output holds only block r, so its origin is r*count).
+// Scratch is temporary space the communicator provides when a schedule needs it.
+enum class BufferId : uint8_t { Input, Output, Scratch };
 enum class OpType : uint8_t { Send, Recv };
 enum class RecvAction : uint8_t {
-  Copy,    // the payload lands directly in Output[range]
-  Reduce,  // Output[range] = operand[range] op payload, operand = `buffer`
+  Copy,    // the payload lands directly in dst[range]
+  Reduce,  // dst[range] = operand[range] op payload, operand = `buffer`
 };
 
 struct Op {
@@ -26,11 +30,12 @@ struct Op {
   uint32_t step = 0;                  // global step number, carried in the message header
   Range range;                        // elements
   BufferId buffer = BufferId::Input;  // Send: the source. Recv+Reduce: the operand.
+  BufferId dst = BufferId::Output;    // Recv: where the payload or the result goes.
   RecvAction action = RecvAction::Copy;
   // Index of an op that must complete first. A send does not start before it; a
   // receive may land its payload but does not apply its action before it.
   int32_t dependsOn = -1;
-  bool thenSelf = false;  // after the action: Output[range] = Output[range] op Input[range]
+  bool thenSelf = false;  // after the action: dst[range] = dst[range] op Input[range]
   bool finalize = false;  // after everything: the range is final (Avg divides here)
 };
 
@@ -47,6 +52,8 @@ struct Schedule {
   std::vector<int> peers;  // distinct peers, ascending
   // A rank with no receive that finalizes some range (world 1) is handled by the
   // communicator, not the schedule.
+  // Elements of scratch space the schedule needs (0: none).
+  size_t scratchElems = 0;
 
   // Payload bytes this rank sends / receives when the schedule runs.
   uint64_t bytesSent(size_t elemSize) const;

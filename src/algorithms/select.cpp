@@ -1,8 +1,10 @@
 #include "algorithms/select.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
+#include "algorithms/allreduce_algos.hpp"
 #include "core/config.hpp"
 #include "tccl/error.hpp"
 
@@ -41,15 +43,98 @@ double predictNaiveSec(int n, size_t bytes, const LinkModel& m) {
   return (n - 1) * m.alphaSec + (n - 1) * static_cast<double>(bytes) * m.betaSecPerByte;
 }
 
+namespace {
+
+// steps * alpha + bytesFactor * V * beta.
+double predict(int steps, double bytesFactor, size_t bytes, const LinkModel& m) {
+  return steps * m.alphaSec + bytesFactor * static_cast<double>(bytes) * m.betaSecPerByte;
+}
+
+}  // namespace
+
+double predictTreeSec(int n, size_t bytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  return predict(treeSteps(n), treeMaxBytesFactor(n), bytes, m);
+}
+
+double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  return predict(hdSteps(n), hdMaxBytesFactor(n), bytes, m);
+}
+
+double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  return predict(rdSteps(n), rdMaxBytesFactor(n), bytes, m);
+}
+
+double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m) {
+  switch (a) {
+    case Algorithm::Ring:
+      return predictRingSec(n, bytes, m);
+    case Algorithm::Naive:
+      return predictNaiveSec(n, bytes, m);
+    case Algorithm::Tree:
+      return predictTreeSec(n, bytes, m);
+    case Algorithm::HalvingDoubling:
+      return predictHalvingDoublingSec(n, bytes, m);
+    case Algorithm::RecursiveDoubling:
+      return predictRecursiveDoublingSec(n, bytes, m);
+    default:
+      return 0;
+  }
+}
+
 Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why) {
-  const double ring = predictRingSec(n, bytes, m);
-  const double naive = predictNaiveSec(n, bytes, m);
-  const Algorithm pick = naive < ring ? Algorithm::Naive : Algorithm::Ring;
+  // In order of preference on a tie: the ring (bandwidth-optimal, one predictable
+  // pattern), naive (folds in rank order), then the tree, hd and rd.
+  static constexpr Algorithm kPreference[] = {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
+                                              Algorithm::HalvingDoubling,
+                                              Algorithm::RecursiveDoubling};
+  Algorithm pick = Algorithm::Ring;
+  double best = predictRingSec(n, bytes, m);
+  for (Algorithm a : kPreference) {
+    const double t = predictAllreduceSec(a, n, bytes, m);
+    if (t < best) {
+      best = t;
+      pick = a;
+    }
+  }
+  if (why != nullptr) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "cost model: ring %.1f us, tree %.1f us, hd %.1f us, rd %.1f us, naive %.1f us "
+                  "(alpha %.1f us, %.2f GB/s)",
+                  predictRingSec(n, bytes, m) * 1e6, predictTreeSec(n, bytes, m) * 1e6,
+                  predictHalvingDoublingSec(n, bytes, m) * 1e6,
+                  predictRecursiveDoublingSec(n, bytes, m) * 1e6,
+                  predictNaiveSec(n, bytes, m) * 1e6, m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
+    *why = buf;
+  }
+  return pick;
+}
+
+double predictTreeBroadcastSec(int n, size_t bytes, const LinkModel& m) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds * (m.alphaSec + static_cast<double>(bytes) * m.betaSecPerByte);
+}
+
+double predictChainBroadcastSec(int n, size_t bytes, size_t segmentBytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  const size_t seg = std::max<size_t>(1, std::min(bytes, segmentBytes));
+  const double k = bytes == 0 ? 1.0 : static_cast<double>((bytes + seg - 1) / seg);
+  return (n - 2 + k) * (m.alphaSec + static_cast<double>(seg) * m.betaSecPerByte);
+}
+
+Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkModel& m,
+                          std::string* why) {
+  const double tree = predictTreeBroadcastSec(n, bytes, m);
+  const double chain = predictChainBroadcastSec(n, bytes, segmentBytes, m);
+  const Algorithm pick = chain < tree ? Algorithm::Ring : Algorithm::Tree;
   if (why != nullptr) {
     char buf[160];
-    std::snprintf(buf, sizeof buf,
-                  "cost model: ring %.1f us, naive %.1f us (alpha %.1f us, %.2f GB/s)", ring * 1e6,
-                  naive * 1e6, m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
+    std::snprintf(buf, sizeof buf, "cost model: binomial tree %.1f us, pipelined chain %.1f us",
+                  tree * 1e6, chain * 1e6);
     *why = buf;
   }
   return pick;

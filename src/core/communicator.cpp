@@ -6,10 +6,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "algorithms/allreduce.hpp"
+#include "algorithms/collectives.hpp"
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
 #include "core/config.hpp"
@@ -40,26 +43,76 @@ uint64_t randomJobId() {
 // Measured in docs/PERFORMANCE.md.
 constexpr int64_t kDefaultSpinMicros = 50;
 
+}  // namespace
+
+namespace {
+
+enum class Kind : uint8_t {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Reduce,
+  Barrier,
+  AllToAll,
+  Gather,
+  Scatter,
+  Send,
+  Recv,
+};
+
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::AllReduce:
+      return "allreduce";
+    case Kind::ReduceScatter:
+      return "reduce_scatter";
+    case Kind::AllGather:
+      return "allgather";
+    case Kind::Broadcast:
+      return "broadcast";
+    case Kind::Reduce:
+      return "reduce";
+    case Kind::Barrier:
+      return "barrier";
+    case Kind::AllToAll:
+      return "alltoall";
+    case Kind::Gather:
+      return "gather";
+    case Kind::Scatter:
+      return "scatter";
+    case Kind::Send:
+      return "send";
+    case Kind::Recv:
+      return "recv";
+  }
+  return "?";
+}
+
+bool isP2P(Kind k) { return k == Kind::Send || k == Kind::Recv; }
 
 }  // namespace
 
-// An all-reduce that passed validation and has its place in the issue order.
-struct PreparedAllreduce {
+// A call that passed validation and has its place in the issue order.
+struct PreparedCall {
+  Kind kind = Kind::AllReduce;
   const uint8_t* in = nullptr;
   uint8_t* out = nullptr;
-  size_t count = 0;
+  size_t count = 0;  // per rank (see each collective's convention)
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
+  int root = -1;  // root, or the peer of a send/recv
   Algorithm algorithm = Algorithm::Ring;
-  std::string why;
+  std::string why = "requested";
   std::optional<std::chrono::milliseconds> timeout;
-  int64_t seq = -1;
+  int64_t seq = -1;  // collectives: the communicator's sequence; p2p: per peer and direction
 };
 
 struct Communicator::Impl {
   std::shared_ptr<Store> userStore;
   std::shared_ptr<Store> store;  // namespaced
   std::unique_ptr<TcpStoreServer> ownedServer;
+  bool joined = false;  // construction completed
   int rank = 0;
   int size = 1;
   CommOptions options;
@@ -85,7 +138,9 @@ struct Communicator::Impl {
   // holds both.
   std::mutex issueMu;
   std::condition_variable queueCv;
-  std::deque<std::pair<PreparedAllreduce, WorkPtr>> queue;
+  std::deque<std::pair<PreparedCall, WorkPtr>> queue;
+  std::map<int, int64_t> sendSeq, recvSeq;  // point-to-point sequence per peer
+  std::vector<uint8_t> scratch;             // for schedules that need it
   bool busy = false;
   bool stopping = false;
   std::thread progress;
@@ -98,10 +153,29 @@ struct Communicator::Impl {
     }
     queueCv.notify_all();
     if (progress.joinable()) progress.join();  // drains the queue first
+    leaveStore();
+  }
+
+  // Every rank counts itself out of the store; the rank that hosts the store server
+  // (fromEnv with MASTER_ADDR) waits, for a bounded time, until every rank has, so that
+  // its exit does not pull the store from under ranks still using it.
+  void leaveStore() noexcept {
+    if (!joined) return;  // the constructor failed: this rank never joined
+    try {
+      int64_t left = store->add("exited", 1);
+      if (!ownedServer) return;
+      const auto until = Deadline::Clock::now() + std::chrono::seconds(30);
+      while (left < size && Deadline::Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        left = store->add("exited", 0);
+      }
+    } catch (...) {
+      // The store is gone or broken: nothing left to wait for.
+    }
   }
 
   void progressLoop();
-  void execute(PreparedAllreduce& call, CallStats* stats);
+  void execute(PreparedCall& call, CallStats* stats);
 
   [[noreturn]] void invalid(const std::string& msg) const {
     throwError(ErrorKind::InvalidArgument, msg, rank);
@@ -173,6 +247,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     tc.listenAddress = tcp->localAddress();
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
+  m.joined = true;
   TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job "
                              << std::hex << m.jobId << std::dec << " segment " << m.segmentBytes
                              << " B timeout " << m.timeout.count() << " ms");
@@ -247,83 +322,298 @@ Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why)
   return algo::chooseAllreduce(impl_->size, bytes, impl_->model, why);
 }
 
-PreparedAllreduce Communicator::prepareAllreduce(const void* sendbuf, void* recvbuf, size_t count,
-                                                 DataType dtype, ReduceOp op,
-                                                 const AllreduceOptions& options) {
-  Impl& m = *impl_;
-  m.checkUsable();
-  if (!isValid(dtype))
-    m.invalid("allreduce: unknown dtype " + std::to_string(static_cast<int>(dtype)));
-  if (!isValid(op))
-    m.invalid("allreduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
-  const size_t elem = dataTypeSize(dtype);
-  if (count > (size_t{1} << 62) / elem)
-    m.invalid("allreduce: count " + std::to_string(count) + " too large");
-  const size_t bytes = count * elem;
-  if (count > 0 && (sendbuf == nullptr || recvbuf == nullptr))
-    m.invalid("allreduce: null buffer with count > 0");
-  PreparedAllreduce call;
-  call.in = static_cast<const uint8_t*>(sendbuf);
-  call.out = static_cast<uint8_t*>(recvbuf);
-  if (call.in != call.out && count > 0 && call.in < call.out + bytes &&
-      call.out < call.in + bytes) {
-    m.invalid("allreduce: input and output overlap without being the same buffer");
-  }
-  call.count = count;
-  call.dtype = dtype;
-  call.op = op;
-  call.timeout = options.timeout;
-  call.why = "requested";
-  call.algorithm = options.algorithm;
-  if (call.algorithm == Algorithm::Auto) {
-    call.algorithm = chooseAllreduceAlgorithm(bytes, &call.why);
-  }
-  if (m.size == 1) call.algorithm = Algorithm::Ring;  // nothing moves; both are a copy
-  return call;
+// ---- validation ------------------------------------------------------------------------
+
+namespace {
+
+bool overlaps(const uint8_t* a, size_t an, const uint8_t* b, size_t bn) {
+  return a != nullptr && b != nullptr && an > 0 && bn > 0 && a < b + bn && b < a + an;
 }
 
-void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
-                             ReduceOp op, const AllreduceOptions& options) {
+}  // namespace
+
+WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   Impl& m = *impl_;
-  PreparedAllreduce call = prepareAllreduce(sendbuf, recvbuf, count, dtype, op, options);
-  std::unique_lock<std::mutex> issue(m.issueMu);
-  call.seq = m.seq++;
-  if (m.queue.empty() && !m.busy) {
+  const char* name = kindName(call.kind);
+  m.checkUsable();
+  auto invalid = [&](const std::string& why) { m.invalid(std::string(name) + ": " + why); };
+  if (!isValid(call.dtype))
+    invalid("unknown dtype " + std::to_string(static_cast<int>(call.dtype)));
+  if (!isValid(call.op)) invalid("unknown reduce op " + std::to_string(static_cast<int>(call.op)));
+  const size_t elem = dataTypeSize(call.dtype);
+  const size_t n = static_cast<size_t>(m.size);
+  if (call.count > (size_t{1} << 62) / elem / n)
+    invalid("count " + std::to_string(call.count) + " too large");
+  const size_t block = call.count * elem;  // bytes per rank's block
+  const bool rooted = call.kind == Kind::Broadcast || call.kind == Kind::Reduce ||
+                      call.kind == Kind::Gather || call.kind == Kind::Scatter;
+  if (rooted && (call.root < 0 || call.root >= m.size)) {
+    invalid("root " + std::to_string(call.root) + " not in [0, " + std::to_string(m.size) + ")");
+  }
+  if (isP2P(call.kind) && (call.root < 0 || call.root >= m.size || call.root == m.rank)) {
+    invalid("peer " + std::to_string(call.root) + " must be another rank in [0, " +
+            std::to_string(m.size) + ")");
+  }
+  const bool isRoot = call.root == m.rank;
+  // Bytes each buffer must hold on this rank (0: not used here).
+  size_t inBytes = block, outBytes = block;
+  switch (call.kind) {
+    case Kind::AllReduce:
+      break;
+    case Kind::ReduceScatter:
+      inBytes = block * n;
+      break;
+    case Kind::AllGather:
+      outBytes = block * n;
+      break;
+    case Kind::Broadcast:
+      inBytes = isRoot ? block : 0;
+      break;
+    case Kind::Reduce:
+      outBytes = isRoot ? block : 0;
+      break;
+    case Kind::Barrier:
+      inBytes = outBytes = 0;
+      break;
+    case Kind::AllToAll:
+      inBytes = outBytes = block * n;
+      break;
+    case Kind::Gather:
+      outBytes = isRoot ? block * n : 0;
+      break;
+    case Kind::Scatter:
+      inBytes = isRoot ? block * n : 0;
+      break;
+    case Kind::Send:
+      outBytes = 0;
+      break;
+    case Kind::Recv:
+      inBytes = 0;
+      break;
+  }
+  if ((inBytes > 0 && call.in == nullptr) || (outBytes > 0 && call.out == nullptr)) {
+    invalid("null buffer with count > 0");
+  }
+  // In place is allowed where a collective defines it; any other overlap is an error.
+  bool inPlace = call.in == call.out;
+  if (call.kind == Kind::AllGather || call.kind == Kind::Gather) {
+    inPlace = call.out != nullptr && call.in == call.out + static_cast<size_t>(m.rank) * block;
+  }
+  if (call.kind == Kind::ReduceScatter || call.kind == Kind::Scatter) {
+    inPlace = call.in != nullptr && call.out == call.in + static_cast<size_t>(m.rank) * block;
+  }
+  if (call.kind == Kind::AllToAll && inBytes > 0 && call.in == call.out) {
+    invalid("in-place all-to-all is not supported: use distinct buffers");
+  }
+  if (!inPlace && overlaps(call.in, inBytes, call.out, outBytes)) {
+    invalid("input and output overlap without being the collective's in-place layout");
+  }
+
+  // Algorithm.
+  auto allowed = [&](std::initializer_list<Algorithm> algos) {
+    if (call.algorithm == Algorithm::Auto) return;
+    for (Algorithm a : algos) {
+      if (a == call.algorithm) return;
+    }
+    invalid("algorithm " + std::string(toString(call.algorithm)) + " is not available here");
+  };
+  switch (call.kind) {
+    case Kind::AllReduce:
+      if (call.algorithm == Algorithm::Auto) {
+        call.algorithm = chooseAllreduceAlgorithm(block, &call.why);
+      }
+      if (std::find(algo::allreduceAlgorithms().begin(), algo::allreduceAlgorithms().end(),
+                    call.algorithm) == algo::allreduceAlgorithms().end()) {
+        invalid("algorithm " + std::string(toString(call.algorithm)) + " is not available here");
+      }
+      if (m.size == 1) call.algorithm = Algorithm::Ring;  // nothing moves
+      break;
+    case Kind::Broadcast:
+      allowed({Algorithm::Tree, Algorithm::Ring});
+      if (call.algorithm == Algorithm::Auto) {
+        call.algorithm = algo::chooseBroadcast(m.size, block, m.segmentBytes, m.model, &call.why);
+      }
+      break;
+    case Kind::ReduceScatter:
+    case Kind::AllGather:
+      allowed({Algorithm::Ring});
+      call.algorithm = Algorithm::Ring;
+      break;
+    case Kind::Reduce:
+      allowed({Algorithm::Tree});
+      call.algorithm = Algorithm::Tree;
+      break;
+    default:
+      allowed({});
+      call.algorithm = Algorithm::Auto;
+      break;
+  }
+
+  std::unique_lock<std::mutex> issueLock(m.issueMu);
+  if (call.kind == Kind::Send) {
+    call.seq = m.sendSeq[call.root]++;
+  } else if (call.kind == Kind::Recv) {
+    call.seq = m.recvSeq[call.root]++;
+  } else {
+    call.seq = m.seq++;
+  }
+  if (!async && m.queue.empty() && !m.busy) {
     // Nothing queued: run on this thread. Taking execMu before releasing issueMu keeps
     // anything issued after this call from running before it.
     std::lock_guard<std::mutex> exec(m.execMu);
-    issue.unlock();
+    issueLock.unlock();
     CallStats stats;
     m.execute(call, &stats);
     m.last = std::move(stats);
-    return;
+    return nullptr;
   }
-  // Asynchronous work is queued ahead of this call: wait for its turn.
-  auto work = std::make_shared<Work>("allreduce", call.seq, m.rank);
-  m.queue.emplace_back(std::move(call), work);
-  issue.unlock();
-  m.queueCv.notify_all();
-  work->wait();
-  m.last = work->stats();
-}
-
-WorkPtr Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count,
-                                     DataType dtype, ReduceOp op, const AllreduceOptions& options) {
-  Impl& m = *impl_;
-  PreparedAllreduce call = prepareAllreduce(sendbuf, recvbuf, count, dtype, op, options);
-  std::unique_lock<std::mutex> issue(m.issueMu);
-  call.seq = m.seq++;
-  auto work = std::make_shared<Work>("allreduce", call.seq, m.rank);
+  auto work = std::make_shared<Work>(name, call.seq, m.rank);
   m.queue.emplace_back(std::move(call), work);
   if (!m.progress.joinable()) m.progress = std::thread([&m] { m.progressLoop(); });
-  issue.unlock();
+  issueLock.unlock();
   m.queueCv.notify_all();
-  return work;
+  if (async) return work;
+  // Asynchronous work is queued ahead of this blocking call: wait for its turn.
+  work->wait();
+  m.last = work->stats();
+  return nullptr;
 }
+
+// ---- the public calls: each fills a PreparedCall --------------------------------------
+
+namespace {
+
+PreparedCall makeCall(Kind kind, const void* in, void* out, size_t count, DataType dtype,
+                      ReduceOp op, int root, const CollectiveOptions& o) {
+  PreparedCall c;
+  c.kind = kind;
+  c.in = static_cast<const uint8_t*>(in);
+  c.out = static_cast<uint8_t*>(out);
+  c.count = count;
+  c.dtype = dtype;
+  c.op = op;
+  c.root = root;
+  c.algorithm = o.algorithm;
+  c.timeout = o.timeout;
+  return c;
+}
+
+}  // namespace
+
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                             ReduceOp op, const AllreduceOptions& options) {
+  issue(makeCall(Kind::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options), false);
+}
+WorkPtr Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                     DataType dtype, ReduceOp op, const AllreduceOptions& options) {
+  return issue(makeCall(Kind::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options), true);
+}
+void Communicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t recvCount,
+                                 DataType dtype, ReduceOp op, const CollectiveOptions& options) {
+  issue(makeCall(Kind::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options), false);
+}
+WorkPtr Communicator::reduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount,
+                                         DataType dtype, ReduceOp op,
+                                         const CollectiveOptions& options) {
+  return issue(makeCall(Kind::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options),
+               true);
+}
+void Communicator::allGather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
+                             const CollectiveOptions& options) {
+  issue(makeCall(Kind::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1, options),
+        false);
+}
+WorkPtr Communicator::allGatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount,
+                                     DataType dtype, const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1, options),
+      true);
+}
+void Communicator::broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                             int root, const CollectiveOptions& options) {
+  issue(makeCall(Kind::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
+        false);
+}
+WorkPtr Communicator::broadcastAsync(const void* sendbuf, void* recvbuf, size_t count,
+                                     DataType dtype, int root, const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
+      true);
+}
+void Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                          ReduceOp op, int root, const CollectiveOptions& options) {
+  issue(makeCall(Kind::Reduce, sendbuf, recvbuf, count, dtype, op, root, options), false);
+}
+WorkPtr Communicator::reduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                                  ReduceOp op, int root, const CollectiveOptions& options) {
+  return issue(makeCall(Kind::Reduce, sendbuf, recvbuf, count, dtype, op, root, options), true);
+}
+void Communicator::barrier(const CollectiveOptions& options) {
+  issue(makeCall(Kind::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum, -1, options),
+        false);
+}
+WorkPtr Communicator::barrierAsync(const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum, -1, options),
+      true);
+}
+void Communicator::allToAll(const void* sendbuf, void* recvbuf, size_t countPerRank, DataType dtype,
+                            const CollectiveOptions& options) {
+  issue(makeCall(Kind::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum, -1, options),
+        false);
+}
+WorkPtr Communicator::allToAllAsync(const void* sendbuf, void* recvbuf, size_t countPerRank,
+                                    DataType dtype, const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum, -1, options),
+      true);
+}
+void Communicator::gather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
+                          int root, const CollectiveOptions& options) {
+  issue(makeCall(Kind::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root, options),
+        false);
+}
+WorkPtr Communicator::gatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount,
+                                  DataType dtype, int root, const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root, options),
+      true);
+}
+void Communicator::scatter(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
+                           int root, const CollectiveOptions& options) {
+  issue(makeCall(Kind::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root, options),
+        false);
+}
+WorkPtr Communicator::scatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount,
+                                   DataType dtype, int root, const CollectiveOptions& options) {
+  return issue(
+      makeCall(Kind::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root, options),
+      true);
+}
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer,
+                        const CollectiveOptions& options) {
+  issue(makeCall(Kind::Send, buf, nullptr, count, dtype, ReduceOp::Sum, peer, options), false);
+}
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer,
+                        const CollectiveOptions& options) {
+  issue(makeCall(Kind::Recv, nullptr, buf, count, dtype, ReduceOp::Sum, peer, options), false);
+}
+WorkPtr Communicator::sendAsync(const void* buf, size_t count, DataType dtype, int peer,
+                                const CollectiveOptions& options) {
+  return issue(makeCall(Kind::Send, buf, nullptr, count, dtype, ReduceOp::Sum, peer, options),
+               true);
+}
+WorkPtr Communicator::recvAsync(void* buf, size_t count, DataType dtype, int peer,
+                                const CollectiveOptions& options) {
+  return issue(makeCall(Kind::Recv, nullptr, buf, count, dtype, ReduceOp::Sum, peer, options),
+               true);
+}
+
+// ---- execution -------------------------------------------------------------------------
 
 void Communicator::Impl::progressLoop() {
   for (;;) {
-    std::pair<PreparedAllreduce, WorkPtr> task;
+    std::pair<PreparedCall, WorkPtr> task;
     {
       std::unique_lock<std::mutex> lk(issueMu);
       queueCv.wait(lk, [&] { return stopping || !queue.empty(); });
@@ -352,52 +642,115 @@ void Communicator::Impl::progressLoop() {
   }
 }
 
-// Runs one all-reduce on the calling thread. execMu is held.
-void Communicator::Impl::execute(PreparedAllreduce& call, CallStats* stats) {
+// Runs one call on the calling thread. execMu is held.
+void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   checkUsable();  // an earlier queued call may have failed
-  const uint8_t* in = call.in;
-  uint8_t* out = call.out;
-  const size_t count = call.count;
-  const DataType dtype = call.dtype;
-  const ReduceOp op = call.op;
-  const Algorithm algorithm = call.algorithm;
-  const size_t elem = dataTypeSize(dtype);
-  const size_t bytes = count * elem;
+  const char* name = kindName(call.kind);
+  const size_t elem = dataTypeSize(call.dtype);
+  const size_t c = call.count;
+  const size_t block = c * elem;
+  const size_t r = static_cast<size_t>(rank);
+  const bool isRoot = call.root == rank;
   int64_t timeoutMs = -1;
   const Deadline deadline = deadlineFor(call.timeout, &timeoutMs);
   const auto start = Deadline::Clock::now();
-  stats->collective = "allreduce";
-  stats->algorithm = std::string(toString(algorithm));
+  stats->collective = name;
+  stats->algorithm = call.algorithm == Algorithm::Auto ? "" : std::string(toString(call.algorithm));
   stats->seq = call.seq;
-  stats->count = count;
-  stats->bytes = bytes;
-  TCCL_INFO("allreduce #" << call.seq << " " << count << " x " << toString(dtype) << " "
-                          << toString(op) << ": " << toString(algorithm) << " (" << call.why
-                          << ")");
+  stats->count = c;
+  stats->bytes = block;
+  TCCL_INFO(name << " #" << call.seq << " " << c << " x " << toString(call.dtype) << " "
+                 << toString(call.op)
+                 << (call.root >= 0 ? " root/peer " + std::to_string(call.root) : std::string())
+                 << ": " << (stats->algorithm.empty() ? "-" : stats->algorithm) << " (" << call.why
+                 << ")");
 
   const size_t segElems = std::max<size_t>(1, segmentBytes / elem);
-  algo::Schedule schedule = algorithm == Algorithm::Naive
-                                ? algo::naiveAllreduce(rank, size, count, segElems)
-                                : algo::ringAllreduce(rank, size, count, segElems);
-  // Naive reads its input while it writes its output; in place, it works from a copy.
-  std::vector<uint8_t> inputCopy;
-  if (algorithm == Algorithm::Naive && in == out && count > 0 && size > 1) {
-    inputCopy.assign(in, in + bytes);
-    in = inputCopy.data();
-  }
-
+  const uint8_t* in = call.in;
+  uint8_t* out = call.out;
   ExecContext ctx;
+  algo::Schedule schedule;
+  std::vector<uint8_t> inputCopy;
+  // Local parts of the result that never cross the wire: copy them (unless in place).
+  auto localCopy = [&](uint8_t* dst, const uint8_t* src, size_t bytes) {
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  };
+  switch (call.kind) {
+    case Kind::AllReduce:
+      schedule = algo::allreduceSchedule(call.algorithm, rank, size, c, segElems);
+      // Naive reads its input while it writes its output; in place, it works from a copy.
+      if (algo::allreduceReadsInputLate(call.algorithm) && in == out && c > 0 && size > 1) {
+        inputCopy.assign(in, in + block);
+        in = inputCopy.data();
+      }
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case Kind::ReduceScatter:
+      schedule = algo::ringReduceScatter(rank, size, c, segElems);
+      ctx.outputOrigin = r * c;
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case Kind::AllGather:
+      schedule = algo::ringAllGather(rank, size, c, segElems);
+      ctx.inputOrigin = r * c;
+      localCopy(out + r * block, in, block);
+      break;
+    case Kind::Broadcast:
+      schedule = call.algorithm == Algorithm::Tree
+                     ? algo::binomialBroadcast(rank, size, call.root, c, segElems)
+                     : algo::chainBroadcast(rank, size, call.root, c, segElems);
+      if (isRoot) localCopy(out, in, block);
+      break;
+    case Kind::Reduce:
+      schedule = algo::binomialReduce(rank, size, call.root, c, segElems);
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case Kind::Barrier:
+      schedule = algo::disseminationBarrier(rank, size);
+      break;
+    case Kind::AllToAll:
+      schedule = algo::pairwiseAllToAll(rank, size, c, segElems);
+      localCopy(out + r * block, in + r * block, block);
+      break;
+    case Kind::Gather:
+      schedule = algo::flatGather(rank, size, call.root, c, segElems);
+      if (isRoot) localCopy(out + r * block, in, block);
+      break;
+    case Kind::Scatter:
+      schedule = algo::flatScatter(rank, size, call.root, c, segElems);
+      ctx.outputOrigin = r * c;
+      if (isRoot) localCopy(out, in + r * block, block);
+      break;
+    case Kind::Send:
+      schedule = algo::sendTo(call.root, c, segElems);
+      break;
+    case Kind::Recv:
+      schedule = algo::recvFrom(call.root, c, segElems);
+      break;
+  }
+  if (stats->algorithm.empty()) stats->algorithm = schedule.algorithm;
+  // One rank holding the whole result applies avg itself.
+  const bool reduces =
+      call.kind == Kind::AllReduce || call.kind == Kind::ReduceScatter || call.kind == Kind::Reduce;
+  if (reduces && size == 1 && call.op == ReduceOp::Avg && c > 0)
+    reduce::divide(out, c, call.dtype, size);
+  if (schedule.scratchElems * elem > scratch.size()) scratch.resize(schedule.scratchElems * elem);
+
   ctx.input = in;
   ctx.output = out;
-  ctx.dtype = dtype;
-  ctx.op = op;
+  ctx.scratch = scratch.data();
+  ctx.dtype = call.dtype;
+  ctx.op = call.op;
   ctx.worldSize = size;
   ctx.rank = rank;
   ctx.seq = static_cast<uint32_t>(call.seq);
-  ctx.fingerprint =
-      wire::fingerprint("allreduce", static_cast<uint8_t>(algorithm), static_cast<uint8_t>(dtype),
-                        static_cast<uint8_t>(op), count, -1);
-  ctx.collective = "allreduce";
+  // Point-to-point messages carry a signature both ends compute alike.
+  ctx.fingerprint = isP2P(call.kind)
+                        ? wire::fingerprint("p2p", 0, static_cast<uint8_t>(call.dtype), 0, c, -1)
+                        : wire::fingerprint(name, static_cast<uint8_t>(call.algorithm),
+                                            static_cast<uint8_t>(call.dtype),
+                                            static_cast<uint8_t>(call.op), c, call.root);
+  ctx.collective = name;
   ctx.seqFull = call.seq;
   ctx.deadline = deadline;
   ctx.timeoutMs = timeoutMs;
@@ -405,15 +758,12 @@ void Communicator::Impl::execute(PreparedAllreduce& call, CallStats* stats) {
 
   const CommStats before = transport->stats();
   try {
-    if (size == 1 || count == 0) {
-      if (in != out && count > 0) std::memcpy(out, in, bytes);
-      if (op == ReduceOp::Avg && count > 0) reduce::divide(out, count, dtype, size);
-    } else {
+    if (!schedule.ops.empty()) {
       try {
         transport->connect(schedule.peers, deadline);
       } catch (const Error& e) {
         ErrorInfo info = e.info();
-        info.collective = "allreduce";
+        info.collective = name;
         info.seq = call.seq;
         info.algorithm = schedule.algorithm;
         info.phase = "connect";
@@ -433,9 +783,9 @@ void Communicator::Impl::execute(PreparedAllreduce& call, CallStats* stats) {
     throw;
   }
   const CommStats after = transport->stats();
-  for (const auto& [peer, c] : after.perPeer) {
+  for (const auto& [peer, cnt] : after.perPeer) {
     auto it = before.perPeer.find(peer);
-    stats->traffic.perPeer[peer] = it == before.perPeer.end() ? c : c - it->second;
+    stats->traffic.perPeer[peer] = it == before.perPeer.end() ? cnt : cnt - it->second;
   }
   stats->seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
 }

@@ -16,12 +16,22 @@ size_t dataTypeSize(DataType t) {
       return 4;
     case DataType::Int64:
       return 8;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int8:
+    case DataType::UInt8:
+      return 1;
   }
   return 0;
 }
 
-bool isValid(DataType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::Int64); }
-bool isValid(ReduceOp op) { return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::Avg); }
+bool isValid(DataType t) {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::UInt8);
+}
+bool isValid(ReduceOp op) {
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::Avg);
+}
 
 std::string_view toString(DataType t) {
   switch (t) {
@@ -33,6 +43,14 @@ std::string_view toString(DataType t) {
       return "int32";
     case DataType::Int64:
       return "int64";
+    case DataType::Float16:
+      return "float16";
+    case DataType::BFloat16:
+      return "bfloat16";
+    case DataType::Int8:
+      return "int8";
+    case DataType::UInt8:
+      return "uint8";
   }
   return "?";
 }
@@ -59,6 +77,12 @@ std::string_view toString(Algorithm a) {
       return "auto";
     case Algorithm::Ring:
       return "ring";
+    case Algorithm::Tree:
+      return "tree";
+    case Algorithm::HalvingDoubling:
+      return "hd";
+    case Algorithm::RecursiveDoubling:
+      return "rd";
     case Algorithm::Naive:
       return "naive";
   }
@@ -88,11 +112,19 @@ std::optional<E> lookup(std::string_view s, const std::pair<const char*, E> (&ta
 
 std::optional<DataType> parseDataType(std::string_view s) {
   static const std::pair<const char*, DataType> kNames[] = {
-      {"float32", DataType::Float32}, {"float", DataType::Float32},   {"fp32", DataType::Float32},
-      {"f32", DataType::Float32},     {"float64", DataType::Float64}, {"double", DataType::Float64},
-      {"fp64", DataType::Float64},    {"f64", DataType::Float64},     {"int32", DataType::Int32},
-      {"int", DataType::Int32},       {"i32", DataType::Int32},       {"int64", DataType::Int64},
-      {"long", DataType::Int64},      {"i64", DataType::Int64},
+      {"float32", DataType::Float32},   {"float", DataType::Float32},
+      {"fp32", DataType::Float32},      {"f32", DataType::Float32},
+      {"float64", DataType::Float64},   {"double", DataType::Float64},
+      {"fp64", DataType::Float64},      {"f64", DataType::Float64},
+      {"int32", DataType::Int32},       {"int", DataType::Int32},
+      {"i32", DataType::Int32},         {"int64", DataType::Int64},
+      {"long", DataType::Int64},        {"i64", DataType::Int64},
+      {"float16", DataType::Float16},   {"half", DataType::Float16},
+      {"fp16", DataType::Float16},      {"f16", DataType::Float16},
+      {"bfloat16", DataType::BFloat16}, {"bf16", DataType::BFloat16},
+      {"int8", DataType::Int8},         {"i8", DataType::Int8},
+      {"uint8", DataType::UInt8},       {"u8", DataType::UInt8},
+      {"byte", DataType::UInt8},
   };
   return lookup(s, kNames);
 }
@@ -108,7 +140,15 @@ std::optional<ReduceOp> parseReduceOp(std::string_view s) {
 
 std::optional<Algorithm> parseAlgorithm(std::string_view s) {
   static const std::pair<const char*, Algorithm> kNames[] = {
-      {"auto", Algorithm::Auto}, {"ring", Algorithm::Ring}, {"naive", Algorithm::Naive}};
+      {"auto", Algorithm::Auto},
+      {"ring", Algorithm::Ring},
+      {"naive", Algorithm::Naive},
+      {"tree", Algorithm::Tree},
+      {"hd", Algorithm::HalvingDoubling},
+      {"halving-doubling", Algorithm::HalvingDoubling},
+      {"rabenseifner", Algorithm::HalvingDoubling},
+      {"rd", Algorithm::RecursiveDoubling},
+      {"recursive-doubling", Algorithm::RecursiveDoubling}};
   return lookup(s, kNames);
 }
 

@@ -97,10 +97,20 @@ class Run {
   }
 
  private:
-  uint8_t* outPtr(const Op& op) const { return ctx_.output + op.range.offset * elem_; }
-  const uint8_t* bufPtr(BufferId b, const Op& op) const {
-    return (b == BufferId::Input ? ctx_.input : ctx_.output) + op.range.offset * elem_;
+  // Where element op.range.offset of buffer b lives.
+  uint8_t* ptr(BufferId b, const Op& op) const {
+    switch (b) {
+      case BufferId::Input:
+        return const_cast<uint8_t*>(ctx_.input) + (op.range.offset - ctx_.inputOrigin) * elem_;
+      case BufferId::Output:
+        return ctx_.output + (op.range.offset - ctx_.outputOrigin) * elem_;
+      case BufferId::Scratch:
+        return ctx_.scratch + (op.range.offset - ctx_.scratchOrigin) * elem_;
+    }
+    return nullptr;
   }
+  uint8_t* outPtr(const Op& op) const { return ptr(op.dst, op); }
+  const uint8_t* bufPtr(BufferId b, const Op& op) const { return ptr(b, op); }
 
   void complete(int32_t idx) {
     done_[static_cast<size_t>(idx)] = 1;

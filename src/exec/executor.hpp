@@ -29,6 +29,11 @@ namespace tccl {
 struct ExecContext {
   const uint8_t* input = nullptr;
   uint8_t* output = nullptr;
+  uint8_t* scratch = nullptr;
+  // The logical element offset at which each buffer starts (see algo::BufferId).
+  size_t inputOrigin = 0;
+  size_t outputOrigin = 0;
+  size_t scratchOrigin = 0;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
   int worldSize = 1;

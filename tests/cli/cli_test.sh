@@ -52,10 +52,47 @@ for bad in "--world 0" "--world -3" "--size -1" "--dtype float16x" "--op median"
   check "demo $bad prints one line" test "$(wc -l <<<"$err")" -eq 1
 done
 
-out=$(run bench --world 2 --sizes 8,1M --iters 3 --warmup 1); rc=$?
+out=$(run bench --world 3 -b 8 -e 1M -f 16 --algo all --iters 3 --warmup 1); rc=$?
 echo "$out"
 check "bench exits 0" test $rc -eq 0
-check "bench reports no wrong elements" awk '!/^#/ && NF>=9 { if ($9 != 0) exit 1 }' <<<"$out"
+check "bench table has nccl-tests columns" grep -q "size.*count.*type.*redop.*root.*algo.*time(us).*algbw(GB/s).*busbw(GB/s).*#wrong.*bytes/rank.*/bound" <<<"$out"
+check "bench reports no wrong values" grep -q "out of bounds values : 0 OK" <<<"$out"
+json=$(run bench --world 4 --sizes 4K,64K --algo all --iters 3 --warmup 1 --json); rc=$?
+check "bench --json exits 0" test $rc -eq 0
+check "bench --json: every algorithm, exact ring bytes, correct" /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+rows = d["results"]
+algos = {r["algo"] for r in rows}
+assert {"ring", "naive"} <= algos, algos
+for r in rows:
+    assert r["wrong"] == 0 and r["time_us"] > 0, r
+    if r["algo"] == "ring":
+        assert abs(r["ratio_to_bound"] - 1.0) < 1e-9, r      # 2(N-1)/N V exactly
+        assert abs(r["busbw_gbps"] / r["algbw_gbps"] - 1.5) < 1e-3, r  # busbw = algbw x 2(N-1)/N
+    if r["algo"] == "naive":
+        assert abs(r["ratio_to_bound"] - 2.0) < 1e-9, r      # (N-1) V = 2x the bound at N=4
+' "$json"
+for op in reduce_scatter allgather broadcast reduce alltoall gather scatter sendrecv; do
+  out=$(run bench --world 3 --sizes 4K,256K --op $op --algo all --iters 3 --warmup 1 --csv); rc=$?
+  check "bench --op $op exits 0" test $rc -eq 0
+  check "bench --op $op csv rows, nothing wrong" awk -F, 'NR == 1 { if ($10 != "wrong") exit 1; next } { n++; if ($10 != 0) exit 1 } END { if (n < 2) exit 1 }' <<<"$out"
+done
+svg=$(mktemp --suffix=.svg)
+out=$(run bench --world 4 --crossover -f 8 --iters 3 --warmup 1 --plot "$svg"); rc=$?
+echo "$out"
+check "bench --crossover exits 0" test $rc -eq 0
+check "bench --crossover reports measured and predicted" grep -q "crossover (smallest size where ring beats tree): measured .*, cost model " <<<"$out"
+check "bench --plot writes an SVG" /usr/bin/python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.getElementsByTagName("polyline")' "$svg"
+out=$(run bench --scaling 2,4,8 -e 256K --plot "$svg"); rc=$?
+echo "$out"
+check "bench --scaling exits 0" test $rc -eq 0
+check "bench --scaling: ring 1.75 V and naive 7 V at world 8" grep -qE "^ +8 +1\.750 +7\.000" <<<"$out"
+rm -f "$svg"
+for bad in "--op allfoo" "--algo tree --op gather" "-f 1" "--plot x.pdf" "--algo bogus" "--json --csv"; do
+  err=$(run bench --world 2 $bad 2>&1 >/dev/null); rc=$?
+  check "bench $bad exits 2" test $rc -eq 2
+done
 
 out=$(run overlap --world 2 --preset resnet50 --scale 0.05 --steps 1 --caps 256K,4M --compute-ms 5 --json); rc=$?
 echo "$out"

@@ -27,8 +27,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+#include "algorithms/allreduce.hpp"
+#include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
 #include "tccl/tccl.hpp"
 
@@ -44,42 +47,96 @@ int gRank = -1;
 }
 
 // Element i of rank r. Prod uses 1s and 2s so that products stay exact; the others
-// use small signed integers so that every op is exact in every dtype.
+// use small signed integers so that every op is exact in every dtype: in uint8 the
+// negative ones wrap (to 245..255), and the expected fold wraps the same way; in
+// float16 and bfloat16 every partial sum, in any order, stays within 11 x 8 = 88, an
+// exactly representable integer, so the ring's order of additions cannot matter, and
+// products of 1s and 2s are powers of two.
 double valueOf(int r, size_t i, ReduceOp op) {
   if (op == ReduceOp::Prod) return ((i * 7 + static_cast<size_t>(r)) % 3 == 0) ? 2.0 : 1.0;
   return static_cast<double>(static_cast<int64_t>((i * 31 + static_cast<size_t>(r) * 17) % 23) -
                              11);
 }
 
+constexpr bool isHalf(DataType t) { return t == DataType::Float16 || t == DataType::BFloat16; }
+
+// The value v as a T: integers wrap modulo 2^bits (via int64, no undefined behaviour
+// for a negative value in an unsigned type), 16-bit floats round to nearest even.
+template <typename T>
+T toT(double v) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<int64_t>(v));
+  else if constexpr (isHalf(dataTypeOf<T>()))
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
+
 template <typename T>
 void fillT(T* p, size_t n, int r, ReduceOp op) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(valueOf(r, i, op));
+  for (size_t i = 0; i < n; ++i) p[i] = toT<T>(valueOf(r, i, op));
 }
+
+// The library's arithmetic on T: integers wrap (C++20 narrowing is modular), 16-bit
+// floats compute in float and round each result.
+template <typename T>
+struct Arith {
+  static T add(T a, T b) { return static_cast<T>(a + b); }
+  static T mul(T a, T b) { return static_cast<T>(a * b); }
+  static bool less(T a, T b) { return a < b; }
+  static T div(T a, int n) { return static_cast<T>(a / n); }  // integers: toward zero
+  static bool same(T a, T b) { return a == b; }
+  static std::string show(T a) {
+    std::ostringstream os;
+    os << +a;
+    return os.str();
+  }
+};
+
+template <typename H>
+struct HalfArith {
+  static float f(H a) { return static_cast<float>(a); }
+  static H add(H a, H b) { return H(f(a) + f(b)); }
+  static H mul(H a, H b) { return H(f(a) * f(b)); }
+  static bool less(H a, H b) { return f(a) < f(b); }
+  static H div(H a, int n) { return H(f(a) / static_cast<float>(n)); }
+  static bool same(H a, H b) { return a.bits == b.bits; }  // bit for bit, -0 and NaN too
+  static std::string show(H a) {
+    std::ostringstream os;
+    os << f(a) << " (bits 0x" << std::hex << a.bits << ")";
+    return os.str();
+  }
+};
+template <>
+struct Arith<float16> : HalfArith<float16> {};
+template <>
+struct Arith<bfloat16> : HalfArith<bfloat16> {};
 
 // The expected result, folding rank 0..n-1 in T with the library's documented
 // semantics (Avg: sum, then one division by n; integers truncate).
 template <typename T>
 T expectedT(int n, size_t i, ReduceOp op) {
-  T acc = static_cast<T>(valueOf(0, i, op));
+  using A = Arith<T>;
+  T acc = toT<T>(valueOf(0, i, op));
   for (int r = 1; r < n; ++r) {
-    T v = static_cast<T>(valueOf(r, i, op));
+    T v = toT<T>(valueOf(r, i, op));
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg:
-        acc = static_cast<T>(acc + v);
+        acc = A::add(acc, v);
         break;
       case ReduceOp::Prod:
-        acc = static_cast<T>(acc * v);
+        acc = A::mul(acc, v);
         break;
       case ReduceOp::Min:
-        acc = v < acc ? v : acc;
+        acc = A::less(v, acc) ? v : acc;
         break;
       case ReduceOp::Max:
-        acc = acc < v ? v : acc;
+        acc = A::less(acc, v) ? v : acc;
         break;
     }
   }
-  if (op == ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(n));
+  if (op == ReduceOp::Avg) acc = A::div(acc, n);
   return acc;
 }
 
@@ -87,47 +144,45 @@ template <typename T>
 void checkT(const T* p, size_t count, int n, ReduceOp op, const std::string& what) {
   for (size_t i = 0; i < count; ++i) {
     T e = expectedT<T>(n, i, op);
-    if (!(p[i] == e)) {
+    if (!Arith<T>::same(p[i], e)) {
       std::ostringstream os;
-      os << what << ": index " << i << " expected " << +e << " got " << +p[i];
+      os << what << ": index " << i << " expected " << Arith<T>::show(e) << " got "
+         << Arith<T>::show(p[i]);
       die(os.str());
     }
   }
 }
 
-void fillAny(void* p, size_t n, DataType t, int r, ReduceOp op) {
+// Calls f(T{}) with T the C++ element type of t.
+template <typename F>
+void withType(DataType t, F f) {
   switch (t) {
     case DataType::Float32:
-      fillT(static_cast<float*>(p), n, r, op);
-      break;
+      return f(float{});
     case DataType::Float64:
-      fillT(static_cast<double*>(p), n, r, op);
-      break;
+      return f(double{});
     case DataType::Int32:
-      fillT(static_cast<int32_t*>(p), n, r, op);
-      break;
+      return f(int32_t{});
     case DataType::Int64:
-      fillT(static_cast<int64_t*>(p), n, r, op);
-      break;
+      return f(int64_t{});
+    case DataType::Float16:
+      return f(float16{});
+    case DataType::BFloat16:
+      return f(bfloat16{});
+    case DataType::Int8:
+      return f(int8_t{});
+    case DataType::UInt8:
+      return f(uint8_t{});
   }
+}
+
+void fillAny(void* p, size_t n, DataType t, int r, ReduceOp op) {
+  withType(t, [&](auto tag) { fillT(static_cast<decltype(tag)*>(p), n, r, op); });
 }
 
 void checkAny(const void* p, size_t count, DataType t, int n, ReduceOp op,
               const std::string& what) {
-  switch (t) {
-    case DataType::Float32:
-      checkT(static_cast<const float*>(p), count, n, op, what);
-      break;
-    case DataType::Float64:
-      checkT(static_cast<const double*>(p), count, n, op, what);
-      break;
-    case DataType::Int32:
-      checkT(static_cast<const int32_t*>(p), count, n, op, what);
-      break;
-    case DataType::Int64:
-      checkT(static_cast<const int64_t*>(p), count, n, op, what);
-      break;
-  }
+  withType(t, [&](auto tag) { checkT(static_cast<const decltype(tag)*>(p), count, n, op, what); });
 }
 
 std::vector<size_t> parseCounts(const std::string& s, int n) {
@@ -158,14 +213,34 @@ std::string describe(const Error& e, double seconds) {
   return os.str();
 }
 
+// The payload bytes each algorithm's closed form says rank r sends (docs/algorithms.md).
+uint64_t closedFormBytesSent(Algorithm a, size_t count, size_t elem, int n, int r) {
+  switch (a) {
+    case Algorithm::Ring:
+      return algo::ringBytesSent(count, elem, n, r);
+    case Algorithm::Naive:
+      return algo::naiveBytesSent(count, elem, n);
+    case Algorithm::Tree:
+      return algo::treeBytesSent(count, elem, n, r);
+    case Algorithm::HalvingDoubling:
+      return algo::hdBytesSent(count, elem, n, r);
+    case Algorithm::RecursiveDoubling:
+      return algo::rdBytesSent(count, elem, n, r);
+    default:
+      die(std::string("no closed form for ") + std::string(toString(a)));
+  }
+}
+
 void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
   const int n = comm.size();
   const int r = comm.rank();
   const DataType dtypes[] = {DataType::Float32, DataType::Float64, DataType::Int32,
-                             DataType::Int64};
+                             DataType::Int64,   DataType::Float16, DataType::BFloat16,
+                             DataType::Int8,    DataType::UInt8};
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
                           ReduceOp::Avg};
-  const Algorithm algos[] = {Algorithm::Ring, Algorithm::Naive};
+  // Every all-reduce algorithm this build implements.
+  const std::vector<Algorithm>& algos = algo::allreduceAlgorithms();
   int calls = 0;
   for (size_t count : counts) {
     for (DataType t : dtypes) {
@@ -196,9 +271,7 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
             const CallStats& cs = comm.lastCall();
             if (cs.algorithm != toString(algo) && n > 1) die(what.str() + ": ran " + cs.algorithm);
             const PeerCounters tot = cs.traffic.total();
-            const uint64_t expectSent = algo == Algorithm::Ring
-                                            ? algo::ringBytesSent(count, elem, n, r)
-                                            : algo::naiveBytesSent(count, elem, n);
+            const uint64_t expectSent = closedFormBytesSent(algo, count, elem, n, r);
             if (tot.payloadSent != expectSent) {
               die(what.str() + ": payload bytes sent " + std::to_string(tot.payloadSent) +
                   " != closed form " + std::to_string(expectSent));
@@ -211,7 +284,8 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
                             algo::chunkRange(count, n, algo::ring::ownedChunk(r, n)).count) *
                            elem;
             }
-            if (tot.payloadRecv != expectRecv) {
+            if ((algo == Algorithm::Ring || algo == Algorithm::Naive) &&
+                tot.payloadRecv != expectRecv) {
               die(what.str() + ": payload bytes received " + std::to_string(tot.payloadRecv) +
                   " != " + std::to_string(expectRecv));
             }

@@ -107,7 +107,7 @@ TEST(Config, SegmentBytes) {
   {
     ScopedEnv e("TCCL_SEGMENT_BYTES", nullptr);
     EXPECT_EQ(segmentBytes(), kDefaultSegmentBytes);
-    EXPECT_EQ(kDefaultSegmentBytes, 262144u);
+    EXPECT_EQ(kDefaultSegmentBytes, 1048576u);
   }
   for (auto [text, value] :
        {std::pair<const char*, size_t>{"4096", 4096}, {"1", 1}, {"4294967296", size_t{1} << 32}}) {
@@ -146,7 +146,7 @@ TEST(Config, AllreduceAlgorithm) {
     EXPECT_EQ(allreduceAlgorithm(), c.expected) << c.text;
   }
   for (const char* bad :
-       {"tree", "allreduce:tree", "allreduce:", "broadcast:tree,allreduce:x", "ring2", "rin"}) {
+       {"trees", "allreduce:bush", "allreduce:", "broadcast:tree,allreduce:x", "ring2", "rin"}) {
     expectRejected("TCCL_ALGO", bad, [] { allreduceAlgorithm(); });
   }
   // The message names the offending entry and the accepted ones.

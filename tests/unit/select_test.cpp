@@ -1,5 +1,6 @@
-// The cost model behind Algorithm::Auto: the formulas in select.hpp, the choices they
-// imply, and the TCCL_ALPHA_US / TCCL_BETA_GBPS overrides.
+// The cost model behind Algorithm::Auto: the formulas in select.hpp for all five
+// all-reduce algorithms, the choices they imply, and the TCCL_ALPHA_US /
+// TCCL_BETA_GBPS overrides.
 #include "algorithms/select.hpp"
 
 #include <gtest/gtest.h>
@@ -45,55 +46,117 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
   EXPECT_EQ(predictNaiveSec(1, 1 << 20, m), 0.0);
 }
 
+TEST(CostModel, NewAlgorithmsFollowTheFormulas) {
+  LinkModel m;
+  m.alphaSec = 1e-5;
+  m.betaSecPerByte = 1e-9;
+  // Hand-computed, V = 1 MB. n = 8 (p = 8, L = 3): tree 6 alpha + 2V beta, hd 6 alpha
+  // + 7/4 V beta, rd 3 alpha + 3V beta.
+  EXPECT_NEAR(predictTreeSec(8, 1000000, m), 60e-6 + 2e-3, 1e-12);
+  EXPECT_NEAR(predictHalvingDoublingSec(8, 1000000, m), 60e-6 + 1.75e-3, 1e-12);
+  EXPECT_NEAR(predictRecursiveDoublingSec(8, 1000000, m), 30e-6 + 3e-3, 1e-12);
+  // n = 6 (p = 4, rem = 2): tree 6 alpha + 2V; hd (4 + 2) alpha + (3/2 + 1) V;
+  // rd (2 + 1) alpha + 3V (the fold-in hop overlaps: rem <= p/2).
+  EXPECT_NEAR(predictTreeSec(6, 1000000, m), 60e-6 + 2e-3, 1e-12);
+  EXPECT_NEAR(predictHalvingDoublingSec(6, 1000000, m), 60e-6 + 2.5e-3, 1e-12);
+  EXPECT_NEAR(predictRecursiveDoublingSec(6, 1000000, m), 30e-6 + 3e-3, 1e-12);
+  // n = 7 (rem = 3 > p/2): rd 4 alpha; n = 3: the tree sends 1.5 V at most.
+  EXPECT_NEAR(predictRecursiveDoublingSec(7, 1000000, m), 40e-6 + 3e-3, 1e-12);
+  EXPECT_NEAR(predictTreeSec(3, 1000000, m), 40e-6 + 1.5e-3, 1e-12);
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
+                      Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling}) {
+    EXPECT_EQ(predictAllreduceSec(a, 1, 1 << 20, m), 0.0) << toString(a);
+  }
+  EXPECT_EQ(predictAllreduceSec(Algorithm::Auto, 8, 1 << 20, m), 0.0);
+}
+
+TEST(CostModel, ChoosesTheLeastPredictedTime) {
+  const LinkModel m;
+  const Algorithm all[] = {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
+                           Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling};
+  for (int n = 1; n <= 64; ++n) {
+    for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 3) {
+      const Algorithm pick = chooseAllreduce(n, bytes, m, nullptr);
+      const double t = predictAllreduceSec(pick, n, bytes, m);
+      for (Algorithm a : all) {
+        EXPECT_LE(t, predictAllreduceSec(a, n, bytes, m))
+            << "n=" << n << " bytes=" << bytes << " picked " << toString(pick) << " over "
+            << toString(a);
+      }
+    }
+  }
+}
+
 TEST(CostModel, TwoRanksAlwaysNaive) {
-  // n = 2: naive sends the same bytes in half the messages.
+  // n = 2: naive and rd send V in one round (the ring, tree and hd need two); naive
+  // wins the tie (it folds in rank order).
   const LinkModel m;
   for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20, size_t{1} << 34}) {
     EXPECT_EQ(chooseAllreduce(2, bytes, m, nullptr), Algorithm::Naive) << bytes;
   }
 }
 
-TEST(CostModel, RingForLargeNaiveForSmall) {
+TEST(CostModel, SmallMessagesTakeTheFewestStepsLargeOnesTheFewestBytes) {
   const LinkModel m;
-  for (int n = 3; n <= 64; ++n) {
-    EXPECT_EQ(chooseAllreduce(n, 8, m, nullptr), Algorithm::Naive) << "n=" << n;
-    EXPECT_EQ(chooseAllreduce(n, size_t{64} << 20, m, nullptr), Algorithm::Ring) << "n=" << n;
+  EXPECT_EQ(chooseAllreduce(3, 8, m, nullptr), Algorithm::Naive);  // ties rd: 2 steps
+  for (int n = 4; n <= 64; ++n) {
+    // Recursive doubling: log2 p (+1 or 2) steps.
+    EXPECT_EQ(chooseAllreduce(n, 8, m, nullptr), Algorithm::RecursiveDoubling) << "n=" << n;
+    // 1 GB: hd sends the ring's bytes in 2 log2 n steps instead of 2(n-1) at powers of
+    // two; elsewhere its fold costs V more, the tree sends 2V, and the ring wins.
+    const bool pow2 = (n & (n - 1)) == 0;
+    EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, m, nullptr),
+              pow2 ? Algorithm::HalvingDoubling : Algorithm::Ring)
+        << "n=" << n;
   }
 }
 
 TEST(CostModel, CrossoverWhereTheFormulasMeet) {
-  // n = 3: naive wins while 2 alpha + 2 V beta < 4 alpha + 4/3 V beta, i.e. V < 3 alpha / beta
-  // = 3 * 20e-6 * 2e9 = 120000 bytes with the default model.
+  // Default model: alpha / beta = 20e-6 * 2e9 = 40000 bytes.
   const LinkModel m;
+  // n = 3: naive wins while 2 alpha + 2 V beta < 4 alpha + 4/3 V beta, i.e. V < 3 alpha /
+  // beta = 120000 bytes.
   EXPECT_EQ(chooseAllreduce(3, 110000, m, nullptr), Algorithm::Naive);
   EXPECT_EQ(chooseAllreduce(3, 130000, m, nullptr), Algorithm::Ring);
-  // n = 4: 3 alpha + 3 V beta < 6 alpha + 1.5 V beta, i.e. V < 2 alpha / beta = 80000.
-  EXPECT_EQ(chooseAllreduce(4, 75000, m, nullptr), Algorithm::Naive);
-  EXPECT_EQ(chooseAllreduce(4, 85000, m, nullptr), Algorithm::Ring);
+  // n = 4: rd (2 alpha + 2V beta) until hd (4 alpha + 1.5 V beta): V < 4 alpha / beta.
+  EXPECT_EQ(chooseAllreduce(4, 150000, m, nullptr), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(4, 170000, m, nullptr), Algorithm::HalvingDoubling);
+  // n = 6: rd (3 alpha + 3V) until the tree (6 alpha + 2V) at 3 alpha / beta, the tree
+  // until the ring (10 alpha + 5/3 V) at 12 alpha / beta.
+  EXPECT_EQ(chooseAllreduce(6, 110000, m, nullptr), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(6, 130000, m, nullptr), Algorithm::Tree);
+  EXPECT_EQ(chooseAllreduce(6, 470000, m, nullptr), Algorithm::Tree);
+  EXPECT_EQ(chooseAllreduce(6, 490000, m, nullptr), Algorithm::Ring);
 }
 
 TEST(CostModel, TiesGoToTheRing) {
-  // One rank: both predictions are 0.
+  // One rank: every prediction is 0.
   EXPECT_EQ(chooseAllreduce(1, 1 << 20, LinkModel{}, nullptr), Algorithm::Ring);
   // n = 3, alpha 1 s, beta 1 s/B, V = 3: ring 4 + 4/3*3, naive 2 + 2*3, both 8 (exact in
-  // binary only if the division rounds kindly, so check the predictions agree first).
+  // binary only if the division rounds kindly, so check the predictions agree first);
+  // rd ties naive, the tree (4 + 4.5) and hd (4 + 6) are slower.
   LinkModel m;
   m.alphaSec = 1.0;
   m.betaSecPerByte = 1.0;
   if (predictRingSec(3, 3, m) == predictNaiveSec(3, 3, m)) {
     EXPECT_EQ(chooseAllreduce(3, 3, m, nullptr), Algorithm::Ring);
   }
+  // n = 2 with free messages: ring, tree, hd, rd and naive all predict V beta.
+  m.alphaSec = 0;
+  EXPECT_EQ(chooseAllreduce(2, 100, m, nullptr), Algorithm::Ring);
 }
 
-TEST(CostModel, WhyReportsBothPredictions) {
+TEST(CostModel, WhyReportsEveryPrediction) {
   LinkModel m;
   m.alphaSec = 10e-6;
   m.betaSecPerByte = 1e-9;  // 1 GB/s
   std::string why;
-  chooseAllreduce(4, 1000000, m, &why);
-  // ring 1560.0 us, naive 3030.0 us.
-  EXPECT_NE(why.find("ring 1560.0 us"), std::string::npos) << why;
-  EXPECT_NE(why.find("naive 3030.0 us"), std::string::npos) << why;
+  EXPECT_EQ(chooseAllreduce(4, 1000000, m, &why), Algorithm::HalvingDoubling);
+  // ring 60 + 1500, tree 40 + 2000, hd 40 + 1500, rd 20 + 2000, naive 30 + 3000.
+  EXPECT_NE(why.find("ring 1560.0 us, tree 2040.0 us, hd 1540.0 us, rd 2020.0 us, "
+                     "naive 3030.0 us"),
+            std::string::npos)
+      << why;
   EXPECT_NE(why.find("alpha 10.0 us"), std::string::npos) << why;
   EXPECT_NE(why.find("1.00 GB/s"), std::string::npos) << why;
 }
@@ -123,11 +186,13 @@ TEST(CostModel, FromEnvReadsBoth) {
 }
 
 TEST(CostModel, FromEnvChangesTheChoice) {
-  // A very slow link per message makes naive (fewer messages) win at 1 MB on 8 ranks.
+  // A very slow link per message makes rd (fewest messages in sequence) win at 1 MB on
+  // 8 ranks, where the default picks hd.
   ScopedEnv a("TCCL_ALPHA_US", "100000");
   ScopedEnv b("TCCL_BETA_GBPS", nullptr);
-  EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel::fromEnv(), nullptr), Algorithm::Naive);
-  EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel{}, nullptr), Algorithm::Ring);
+  EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel::fromEnv(), nullptr),
+            Algorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel{}, nullptr), Algorithm::HalvingDoubling);
 }
 
 TEST(CostModel, FromEnvRejectsBadValues) {

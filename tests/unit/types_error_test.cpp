@@ -24,6 +24,10 @@ TEST(Types, WireValuesAreFixed) {
   EXPECT_EQ(static_cast<int>(DataType::Float64), 1);
   EXPECT_EQ(static_cast<int>(DataType::Int32), 2);
   EXPECT_EQ(static_cast<int>(DataType::Int64), 3);
+  EXPECT_EQ(static_cast<int>(DataType::Float16), 4);
+  EXPECT_EQ(static_cast<int>(DataType::BFloat16), 5);
+  EXPECT_EQ(static_cast<int>(DataType::Int8), 6);
+  EXPECT_EQ(static_cast<int>(DataType::UInt8), 7);
   EXPECT_EQ(static_cast<int>(ReduceOp::Sum), 0);
   EXPECT_EQ(static_cast<int>(ReduceOp::Prod), 1);
   EXPECT_EQ(static_cast<int>(ReduceOp::Min), 2);
@@ -39,6 +43,29 @@ TEST(Types, DataTypeSizes) {
   EXPECT_EQ(dataTypeSize(DataType::Float64), 8u);
   EXPECT_EQ(dataTypeSize(DataType::Int32), 4u);
   EXPECT_EQ(dataTypeSize(DataType::Int64), 8u);
+  EXPECT_EQ(dataTypeSize(DataType::Float16), 2u);
+  EXPECT_EQ(dataTypeSize(DataType::BFloat16), 2u);
+  EXPECT_EQ(dataTypeSize(DataType::Int8), 1u);
+  EXPECT_EQ(dataTypeSize(DataType::UInt8), 1u);
+}
+
+const DataType kAllDataTypes[] = {DataType::Float32, DataType::Float64, DataType::Int32,
+                                  DataType::Int64,   DataType::Float16, DataType::BFloat16,
+                                  DataType::Int8,    DataType::UInt8};
+
+TEST(Types, ValidityCoversExactlyTheEnum) {
+  for (DataType t : kAllDataTypes) {
+    EXPECT_TRUE(isValid(t)) << toString(t);
+    EXPECT_GT(dataTypeSize(t), 0u) << toString(t);
+  }
+  for (int v : {8, 9, 100, 255}) {
+    const auto t = static_cast<DataType>(v);
+    EXPECT_FALSE(isValid(t)) << v;
+    EXPECT_EQ(dataTypeSize(t), 0u) << v;
+    EXPECT_EQ(toString(t), "?") << v;
+  }
+  EXPECT_TRUE(isValid(ReduceOp::Avg));
+  EXPECT_FALSE(isValid(static_cast<ReduceOp>(5)));
 }
 
 TEST(Types, Names) {
@@ -46,6 +73,10 @@ TEST(Types, Names) {
   EXPECT_EQ(toString(DataType::Float64), "float64");
   EXPECT_EQ(toString(DataType::Int32), "int32");
   EXPECT_EQ(toString(DataType::Int64), "int64");
+  EXPECT_EQ(toString(DataType::Float16), "float16");
+  EXPECT_EQ(toString(DataType::BFloat16), "bfloat16");
+  EXPECT_EQ(toString(DataType::Int8), "int8");
+  EXPECT_EQ(toString(DataType::UInt8), "uint8");
   EXPECT_EQ(toString(ReduceOp::Sum), "sum");
   EXPECT_EQ(toString(ReduceOp::Prod), "prod");
   EXPECT_EQ(toString(ReduceOp::Min), "min");
@@ -57,7 +88,7 @@ TEST(Types, Names) {
 }
 
 TEST(Types, ToStringRoundTrips) {
-  for (DataType t : {DataType::Float32, DataType::Float64, DataType::Int32, DataType::Int64}) {
+  for (DataType t : kAllDataTypes) {
     EXPECT_EQ(parseDataType(toString(t)), t) << toString(t);
   }
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg}) {
@@ -77,6 +108,16 @@ TEST(Types, ParseAliases) {
   }
   for (const char* s : {"int", "i32", "INT32"}) EXPECT_EQ(parseDataType(s), DataType::Int32) << s;
   for (const char* s : {"long", "i64", "Int64"}) EXPECT_EQ(parseDataType(s), DataType::Int64) << s;
+  for (const char* s : {"float16", "half", "fp16", "f16", "HALF", "FP16", "Float16"}) {
+    EXPECT_EQ(parseDataType(s), DataType::Float16) << s;
+  }
+  for (const char* s : {"bfloat16", "bf16", "BF16", "BFloat16"}) {
+    EXPECT_EQ(parseDataType(s), DataType::BFloat16) << s;
+  }
+  for (const char* s : {"int8", "i8", "INT8"}) EXPECT_EQ(parseDataType(s), DataType::Int8) << s;
+  for (const char* s : {"uint8", "u8", "byte", "UInt8", "BYTE"}) {
+    EXPECT_EQ(parseDataType(s), DataType::UInt8) << s;
+  }
   EXPECT_EQ(parseReduceOp("product"), ReduceOp::Prod);
   EXPECT_EQ(parseReduceOp("mean"), ReduceOp::Avg);
   EXPECT_EQ(parseReduceOp("SUM"), ReduceOp::Sum);
@@ -84,13 +125,14 @@ TEST(Types, ParseAliases) {
 }
 
 TEST(Types, ParseRejectsOthers) {
-  for (const char* s : {"", "float16", "int8", "uint32", "float ", " int", "f", "int32x"}) {
+  for (const char* s : {"", "float8", "fp8", "bf", "bfloat", "half ", "int16", "uint16", "uint32",
+                        "int4", "uint", "char", "bytes", "float ", " int", "f", "int32x"}) {
     EXPECT_EQ(parseDataType(s), std::nullopt) << "'" << s << "'";
   }
   for (const char* s : {"", "add", "sum ", "average", "mi"}) {
     EXPECT_EQ(parseReduceOp(s), std::nullopt) << "'" << s << "'";
   }
-  for (const char* s : {"", "tree", "rings", "allreduce:ring"}) {
+  for (const char* s : {"", "bush", "rings", "allreduce:ring"}) {
     EXPECT_EQ(parseAlgorithm(s), std::nullopt) << "'" << s << "'";
   }
   // A view that is not NUL-terminated is compared by its length only.

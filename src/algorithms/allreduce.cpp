@@ -1,0 +1,52 @@
+#include "algorithms/allreduce.hpp"
+
+#include <set>
+#include <string>
+
+#include "algorithms/allreduce_algos.hpp"
+#include "tccl/error.hpp"
+
+namespace tccl::algo {
+
+namespace detail {
+
+void collectPeers(Schedule& s) {
+  std::set<int> peers;
+  for (const Op& op : s.ops) peers.insert(op.peer);
+  s.peers.assign(peers.begin(), peers.end());
+}
+
+}  // namespace detail
+
+const std::vector<Algorithm>& allreduceAlgorithms() {
+  static const std::vector<Algorithm> kAlgorithms = {Algorithm::Ring, Algorithm::Naive,
+                                                     Algorithm::Tree, Algorithm::HalvingDoubling,
+                                                     Algorithm::RecursiveDoubling};
+  return kAlgorithms;
+}
+
+Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems) {
+  switch (a) {
+    case Algorithm::Ring:
+      return ringAllreduce(rank, n, count, segElems);
+    case Algorithm::Naive:
+      return naiveAllreduce(rank, n, count, segElems);
+    case Algorithm::Tree:
+      return treeAllreduce(rank, n, count, segElems);
+    case Algorithm::HalvingDoubling:
+      return halvingDoublingAllreduce(rank, n, count, segElems);
+    case Algorithm::RecursiveDoubling:
+      return recursiveDoublingAllreduce(rank, n, count, segElems);
+    default:
+      break;
+  }
+  throwError(ErrorKind::InvalidArgument,
+             "all-reduce algorithm '" + std::string(toString(a)) + "' is not implemented");
+}
+
+// Only naive reads its input after writing its output. Tree, halving-doubling and
+// recursive doubling read Input only before (or in the same element-wise reduction
+// as) the first write of each range, so in place they need no copy.
+bool allreduceReadsInputLate(Algorithm a) { return a == Algorithm::Naive; }
+
+}  // namespace tccl::algo

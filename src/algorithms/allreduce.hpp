@@ -1,0 +1,24 @@
+// The all-reduce menu: one entry point that builds the schedule of any implemented
+// all-reduce algorithm, so that the communicator does not change when one is added.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "tccl/types.hpp"
+
+namespace tccl::algo {
+
+// The all-reduce algorithms this build implements (never Auto).
+const std::vector<Algorithm>& allreduceAlgorithms();
+
+// The schedule of `a` for this rank. Throws InvalidArgumentError for an algorithm
+// that is not in allreduceAlgorithms().
+Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems);
+
+// True if the algorithm keeps reading its input after it has started writing its
+// output (so an in-place call needs a copy of the input first).
+bool allreduceReadsInputLate(Algorithm a);
+
+}  // namespace tccl::algo

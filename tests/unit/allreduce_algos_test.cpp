@@ -1,0 +1,1089 @@
+// Every all-reduce algorithm of the menu (allreduceAlgorithms()) as a schedule: the
+// tree's shape, the closed forms for bytes and steps, message matching between every
+// ordered pair of ranks, dependency shape, finalization, and a simulated execution of
+// all ranks that is stricter than the executor needs to be:
+//  - a send is two events, start (its dependency done; the payload is read) and
+//    finish; its source range must not change in between (the executor reads the
+//    buffer as the socket drains), and in "rendezvous" runs a send finishes only once
+//    the receiver has started landing it (no socket buffering: the worst case for
+//    deadlocks);
+//  - a Copy receive lands in two events too: at the start its destination range is
+//    overwritten with garbage (a half-landed payload), at the finish with the payload,
+//    which needs the send to have finished;
+//  - a Reduce receive lands in staging; its action runs once its dependency is done.
+// Events run in random order (seeded): a random subset of the enabled events per round.
+#include "algorithms/allreduce_algos.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/allreduce.hpp"
+#include "algorithms/chunking.hpp"
+#include "algorithms/schedule.hpp"
+#include "algorithms/select.hpp"
+#include "reduce/reduce.hpp"
+#include "tccl/error.hpp"
+
+namespace tccl::algo {
+namespace {
+
+std::string label(Algorithm a, int n, size_t count, size_t seg) {
+  return std::string(toString(a)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
+         " segElems=" + std::to_string(seg);
+}
+
+std::vector<size_t> countGrid(int n, size_t big, size_t mid = 0) {
+  const size_t un = static_cast<size_t>(n);
+  std::vector<size_t> counts = {0, 1, un - 1, un, un + 1, big};
+  if (mid > 0) counts.push_back(mid);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
+std::vector<Schedule> schedules(Algorithm a, int n, size_t count, size_t seg) {
+  std::vector<Schedule> all;
+  for (int r = 0; r < n; ++r) all.push_back(allreduceSchedule(a, r, n, count, seg));
+  return all;
+}
+
+// The closed form for rank r's payload bytes.
+uint64_t closedFormBytes(Algorithm a, size_t count, size_t elem, int n, int r) {
+  switch (a) {
+    case Algorithm::Ring:
+      return ringBytesSent(count, elem, n, r);
+    case Algorithm::Naive:
+      return n > 1 ? naiveBytesSent(count, elem, n) : 0;
+    case Algorithm::Tree:
+      return treeBytesSent(count, elem, n, r);
+    case Algorithm::HalvingDoubling:
+      return hdBytesSent(count, elem, n, r);
+    case Algorithm::RecursiveDoubling:
+      return rdBytesSent(count, elem, n, r);
+    default:
+      return ~uint64_t{0};
+  }
+}
+
+int closedFormSteps(Algorithm a, int n) {
+  switch (a) {
+    case Algorithm::Ring:
+      return n > 1 ? 2 * (n - 1) : 0;
+    case Algorithm::Naive:
+      return n > 1 ? 1 : 0;
+    case Algorithm::Tree:
+      return treeSteps(n);
+    case Algorithm::HalvingDoubling:
+      return hdSteps(n);
+    case Algorithm::RecursiveDoubling:
+      return rdSteps(n);
+    default:
+      return -1;
+  }
+}
+
+const Algorithm kNew[] = {Algorithm::Tree, Algorithm::HalvingDoubling,
+                          Algorithm::RecursiveDoubling};
+
+// ---- menu ---------------------------------------------------------------------------
+
+TEST(AllreduceMenu, RegistersEveryAlgorithm) {
+  const std::vector<Algorithm>& menu = allreduceAlgorithms();
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
+                      Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling}) {
+    EXPECT_NE(std::find(menu.begin(), menu.end(), a), menu.end()) << toString(a);
+    EXPECT_EQ(allreduceSchedule(a, 1, 4, 10, 3).algorithm, toString(a));
+  }
+  EXPECT_EQ(std::find(menu.begin(), menu.end(), Algorithm::Auto), menu.end());
+  EXPECT_THROW(allreduceSchedule(Algorithm::Auto, 0, 2, 10, 3), InvalidArgumentError);
+  // Only naive needs a copy of the input in place.
+  EXPECT_TRUE(allreduceReadsInputLate(Algorithm::Naive));
+  for (Algorithm a : kNew) EXPECT_FALSE(allreduceReadsInputLate(a)) << toString(a);
+}
+
+// ---- the trees ------------------------------------------------------------------------
+
+TEST(DoubleBinaryTree, BothTreesAreBinaryTreesOfDepthCeilLog2) {
+  for (int n = 1; n <= 70; ++n) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    int expectDepth = 0;
+    while ((1 << expectDepth) < n) ++expectDepth;
+    ASSERT_EQ(btree::depth(n), expectDepth);
+    int maxDepth = 0;
+    for (int pos = 0; pos < n; ++pos) {
+      const int par = btree::parent(pos, n);
+      int kids[2] = {-1, -1};
+      const int k = btree::children(pos, n, kids);
+      ASSERT_LE(k, 2);
+      if (pos == 0) {
+        ASSERT_EQ(par, -1);
+        ASSERT_EQ(k, n > 1 ? 1 : 0) << "the root has one child";
+      } else {
+        ASSERT_GE(par, 0);
+        ASSERT_LT(par, n);
+        int pk[2];
+        const int pn = btree::children(par, n, pk);
+        ASSERT_TRUE(std::find(pk, pk + pn, pos) != pk + pn)
+            << "position " << pos << "'s parent " << par << " does not list it";
+      }
+      if (k == 2) {
+        ASSERT_LT(kids[0], kids[1]);
+      }
+      for (int c = 0; c < k; ++c) {
+        ASSERT_GT(kids[c], 0);
+        ASSERT_LT(kids[c], n);
+        ASSERT_EQ(btree::parent(kids[c], n), pos);
+      }
+      // Odd positions are exactly the leaves.
+      ASSERT_EQ(k == 0, pos % 2 == 1 || n == 1) << "position " << pos;
+      const int d = btree::depthOf(pos, n);  // terminates: no cycles
+      ASSERT_LE(d, expectDepth);
+      maxDepth = std::max(maxDepth, d);
+    }
+    ASSERT_EQ(maxDepth, expectDepth);
+    // Tree 1 is a relabelling: position and rank are inverse permutations.
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      const int pos = btree::position(1, r, n);
+      ASSERT_GE(pos, 0);
+      ASSERT_LT(pos, n);
+      ASSERT_EQ(btree::rankAt(1, pos, n), r);
+      seen[static_cast<size_t>(pos)]++;
+    }
+    ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), n);
+  }
+}
+
+TEST(DoubleBinaryTree, EveryRankIsALeafInOneTree) {
+  for (int n = 2; n <= 70; ++n) {
+    for (int r = 0; r < n; ++r) {
+      int kids[2];
+      const bool leaf0 = btree::children(btree::position(0, r, n), n, kids) == 0;
+      const bool leaf1 = btree::children(btree::position(1, r, n), n, kids) == 0;
+      EXPECT_FALSE(leaf0 && leaf1) << "n=" << n << " rank " << r << " is a leaf in both";
+      // Odd worlds: rank 0 is the root of tree 0 and inner in tree 1.
+      if (n % 2 == 0 || r != 0) {
+        EXPECT_TRUE(leaf0 || leaf1) << "n=" << n << " rank " << r << " is inner in both";
+      }
+    }
+  }
+}
+
+TEST(DoubleBinaryTree, KnownShape) {
+  // n = 14 (the picture in NCCL's trees.cc): 0 - 8 - {4, 12}; 12 - {10, 13}.
+  int kids[2];
+  ASSERT_EQ(btree::children(0, 14, kids), 1);
+  EXPECT_EQ(kids[0], 8);
+  ASSERT_EQ(btree::children(8, 14, kids), 2);
+  EXPECT_EQ(kids[0], 4);
+  EXPECT_EQ(kids[1], 12);
+  ASSERT_EQ(btree::children(12, 14, kids), 2);
+  EXPECT_EQ(kids[0], 10);
+  EXPECT_EQ(kids[1], 13);
+  EXPECT_EQ(btree::parent(13, 14), 12);
+  EXPECT_EQ(btree::parent(11, 14), 10);
+  // n = 6: 0 - 4 - {2, 5}, 2 - {1, 3}. Tree 1 mirrors: rank 5 is its root.
+  ASSERT_EQ(btree::children(4, 6, kids), 2);
+  EXPECT_EQ(kids[1], 5);
+  EXPECT_EQ(btree::rankAt(1, 0, 6), 5);
+  // n = 5 (odd): tree 1 shifts by one: rank 1 is its root.
+  EXPECT_EQ(btree::rankAt(1, 0, 5), 1);
+  EXPECT_EQ(btree::position(1, 0, 5), 4);
+}
+
+// ---- closed forms --------------------------------------------------------------------
+
+TEST(AllreduceClosedForms, MaxBytesFactorsAreTheBusiestRank) {
+  for (int n = 1; n <= 70; ++n) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const Fold f = foldOf(n);
+    // count a multiple of 2 and of p, so the factors are exact.
+    const size_t count = 6 * static_cast<size_t>(f.p);
+    uint64_t tree = 0;
+    uint64_t hd = 0;
+    uint64_t rd = 0;
+    for (int r = 0; r < n; ++r) {
+      tree = std::max(tree, treeBytesSent(count, 1, n, r));
+      hd = std::max(hd, hdBytesSent(count, 1, n, r));
+      rd = std::max(rd, rdBytesSent(count, 1, n, r));
+    }
+    const double v = static_cast<double>(count);
+    EXPECT_EQ(static_cast<double>(tree), treeMaxBytesFactor(n) * v);
+    EXPECT_EQ(static_cast<double>(hd), hdMaxBytesFactor(n) * v);
+    EXPECT_EQ(static_cast<double>(rd), rdMaxBytesFactor(n) * v);
+  }
+}
+
+TEST(AllreduceClosedForms, KnownValues) {
+  // n = 8, count 800 (blocks of 100): hd core ranks send 2 * 7/8 * 800 = 1400 elements.
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(hdBytesSent(800, 4, 8, r), 1400u * 4);
+  // n = 6: p = 4, fold pairs (0,1), (2,3); core blocks of 200 elements of 800.
+  EXPECT_EQ(hdBytesSent(800, 1, 6, 1), 800u);         // odd: its input
+  EXPECT_EQ(hdBytesSent(800, 1, 6, 0), 1200u + 800);  // even: core + the result back
+  EXPECT_EQ(hdBytesSent(800, 1, 6, 5), 1200u);        // core only
+  // Uneven blocks: count 10 over p = 4 is 3 3 2 2; rank 0 sends |b0 b1| + all = 6 + 10.
+  EXPECT_EQ(hdBytesSent(10, 1, 4, 0), 16u);
+  EXPECT_EQ(hdBytesSent(10, 1, 4, 3), 4u + 10);
+  EXPECT_EQ(rdBytesSent(100, 8, 8, 5), 3u * 800);
+  EXPECT_EQ(rdBytesSent(100, 8, 6, 0), 3u * 800);  // L = 2, plus the result back
+  EXPECT_EQ(rdBytesSent(100, 8, 6, 1), 800u);
+  EXPECT_EQ(rdBytesSent(100, 8, 6, 4), 2u * 800);
+  // Tree, n = 4: tree 0 is 0 - 2 - {1, 3}; tree 1 mirrors (rank 3 root, 1 - {2, 0}).
+  // Rank 1: leaf of tree 0 (h0 up) and inner with two children in tree 1 (3 h1).
+  EXPECT_EQ(treeBytesSent(10, 1, 4, 1), 5u + 15);
+  EXPECT_EQ(treeBytesSent(10, 1, 4, 0), 5u + 5);   // root of tree 0 (one child), leaf of 1
+  EXPECT_EQ(treeBytesSent(11, 1, 4, 1), 6u + 15);  // halves 6 and 5
+  for (int n : {1, 2, 5}) {
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(treeBytesSent(0, 4, n, r), 0u);
+      EXPECT_EQ(hdBytesSent(0, 4, n, r), 0u);
+      EXPECT_EQ(rdBytesSent(0, 4, n, r), 0u);
+    }
+  }
+  EXPECT_EQ(treeSteps(1), 0);
+  EXPECT_EQ(treeSteps(2), 2);
+  EXPECT_EQ(treeSteps(5), 6);
+  EXPECT_EQ(treeSteps(8), 6);
+  EXPECT_EQ(hdSteps(8), 6);
+  EXPECT_EQ(hdSteps(12), 8);
+  EXPECT_EQ(rdSteps(8), 3);
+  EXPECT_EQ(rdSteps(12), 4);  // p = 8, rem = 4: the fold-in overlaps
+  EXPECT_EQ(rdSteps(13), 5);  // rem = 5 > p/2
+  EXPECT_EQ(rdSteps(3), 2);
+  EXPECT_EQ(rdSteps(7), 4);
+  EXPECT_EQ(rdSteps(2), 1);
+  EXPECT_EQ(hdSteps(1), 0);
+  EXPECT_EQ(rdSteps(1), 0);
+}
+
+// ---- structure over the grid ---------------------------------------------------------
+
+using MsgKey = std::tuple<uint32_t, size_t, size_t>;  // step, offset, count
+
+void checkStructure(Algorithm a, const std::vector<Schedule>& all, int n, size_t count,
+                    size_t seg) {
+  // Elements finalized, summed over ranks (tree and hd: each element once overall;
+  // rd: once per core rank).
+  std::vector<int> finalized(count, 0);
+  int coreRanks = 0;
+  for (int r = 0; r < n; ++r) {
+    const Schedule& s = all[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_EQ(s.algorithm, toString(a));
+    ASSERT_EQ(s.scratchElems, 0u);
+    // The phases: the tree's two trees run side by side; rd's fold hops count as phases
+    // but may overlap the exchange (StepsAreTheLongestMessageChain checks the steps).
+    uint32_t totalSteps = 0;
+    for (const Phase& ph : s.phases) totalSteps += ph.steps;
+    const Fold f = foldOf(n);
+    const int phaseSteps = a == Algorithm::Tree ? 2 * treeSteps(n)
+                           : a == Algorithm::RecursiveDoubling
+                               ? (n > 1 ? f.log2p + (f.rem > 0 ? 2 : 0) : 0)
+                               : closedFormSteps(a, n);
+    ASSERT_EQ(static_cast<int>(totalSteps), phaseSteps);
+    for (size_t elem : {size_t{1}, size_t{4}, size_t{8}}) {
+      ASSERT_EQ(s.bytesSent(elem), closedFormBytes(a, count, elem, n, r)) << "elem " << elem;
+    }
+    if (n == 1 || count == 0) {
+      ASSERT_TRUE(s.ops.empty());
+      ASSERT_TRUE(s.peers.empty());
+      continue;
+    }
+    std::vector<int> mine(count, 0);
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      const Op& op = s.ops[i];
+      ASSERT_NE(op.peer, r) << "op " << i << " talks to itself";
+      ASSERT_GE(op.peer, 0) << "op " << i;
+      ASSERT_LT(op.peer, n) << "op " << i;
+      ASSERT_GT(op.range.count, 0u) << "op " << i << " moves no data";
+      ASSERT_LE(op.range.count, seg) << "op " << i << " larger than a segment";
+      ASSERT_LE(op.range.offset + op.range.count, count) << "op " << i;
+      ASSERT_NE(s.phaseOf(op.step), nullptr) << "op " << i << " step " << op.step;
+      ASSERT_GE(op.dependsOn, -1) << "op " << i;
+      ASSERT_LT(op.dependsOn, static_cast<int32_t>(i)) << "op " << i << " depends forward";
+      ASSERT_NE(op.buffer, BufferId::Scratch) << "op " << i;
+      ASSERT_FALSE(op.thenSelf) << "op " << i;
+      if (op.type == OpType::Send) {
+        ASSERT_FALSE(op.finalize) << "op " << i;
+      } else {
+        ASSERT_EQ(op.dst, BufferId::Output) << "op " << i;
+        if (op.finalize) {
+          ASSERT_EQ(op.action, RecvAction::Reduce) << "op " << i;
+          for (size_t e = 0; e < op.range.count; ++e) mine[op.range.offset + e]++;
+        }
+      }
+    }
+    std::vector<int> used;
+    for (const Op& op : s.ops) used.push_back(op.peer);
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    ASSERT_EQ(s.peers, used);
+    if (a == Algorithm::RecursiveDoubling) {
+      const bool core = foldVirtualRank(r, foldOf(n)) >= 0;
+      coreRanks += core;
+      for (size_t e = 0; e < count; ++e) ASSERT_EQ(mine[e], core ? 1 : 0) << "element " << e;
+    }
+    for (size_t e = 0; e < count; ++e) finalized[e] += mine[e];
+  }
+  if (n > 1 && count > 0) {
+    const int expected = a == Algorithm::RecursiveDoubling ? coreRanks : 1;
+    for (size_t e = 0; e < count; ++e) {
+      ASSERT_EQ(finalized[e], expected) << "element " << e << " finalized wrongly";
+    }
+  }
+  // Messages match pairwise, in order.
+  std::vector<std::vector<std::vector<MsgKey>>> sends(static_cast<size_t>(n));
+  std::vector<std::vector<std::vector<MsgKey>>> recvs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    sends[static_cast<size_t>(r)].resize(static_cast<size_t>(n));
+    recvs[static_cast<size_t>(r)].resize(static_cast<size_t>(n));
+    for (const Op& op : all[static_cast<size_t>(r)].ops) {
+      auto& q =
+          op.type == OpType::Send ? sends[static_cast<size_t>(r)] : recvs[static_cast<size_t>(r)];
+      q[static_cast<size_t>(op.peer)].emplace_back(op.step, op.range.offset, op.range.count);
+    }
+  }
+  for (size_t r = 0; r < static_cast<size_t>(n); ++r) {
+    for (size_t p = 0; p < static_cast<size_t>(n); ++p) {
+      ASSERT_EQ(sends[r][p].size(), recvs[p][r].size())
+          << "rank " << r << " sends " << sends[r][p].size() << " messages to rank " << p
+          << ", which expects " << recvs[p][r].size();
+      for (size_t m = 0; m < sends[r][p].size(); ++m) {
+        ASSERT_EQ(sends[r][p][m], recvs[p][r][m])
+            << "message " << m << " from rank " << r << " to rank " << p << " does not match";
+      }
+    }
+  }
+  (void)seg;
+}
+
+TEST(AllreduceAlgos, StructureOverGrid) {
+  for (Algorithm a : kNew) {
+    for (int n = 1; n <= 17; ++n) {
+      for (size_t count : countGrid(n, 1000, 37)) {
+        for (size_t seg : {size_t{1}, size_t{3}, size_t{64}, size_t{1} << 20}) {
+          SCOPED_TRACE(label(a, n, count, seg));
+          checkStructure(a, schedules(a, n, count, seg), n, count, seg);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// With one segment per range, the longest chain of messages (a receive completes one
+// hop after its send; an op starts after its dependency) is the closed-form step count.
+TEST(AllreduceAlgos, StepsAreTheLongestMessageChain) {
+  for (Algorithm a : kNew) {
+    for (int n = 1; n <= 33; ++n) {
+      const size_t count = 64 * static_cast<size_t>(n);
+      SCOPED_TRACE(label(a, n, count, count));
+      const std::vector<Schedule> all = schedules(a, n, count, count);
+      // Time of each op, by fixpoint iteration (the schedules are acyclic).
+      std::vector<std::vector<int>> t(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r)
+        t[static_cast<size_t>(r)].assign(all[static_cast<size_t>(r)].ops.size(), 0);
+      int longest = 0;
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < n; ++r) {
+          const Schedule& s = all[static_cast<size_t>(r)];
+          std::vector<int> recvFrom(static_cast<size_t>(n), 0);
+          for (size_t i = 0; i < s.ops.size(); ++i) {
+            const Op& op = s.ops[i];
+            int v = op.dependsOn >= 0 ? t[static_cast<size_t>(r)][static_cast<size_t>(op.dependsOn)]
+                                      : 0;
+            if (op.type == OpType::Recv) {
+              // The m-th receive from p matches p's m-th send to this rank.
+              const int m = recvFrom[static_cast<size_t>(op.peer)]++;
+              const Schedule& ps = all[static_cast<size_t>(op.peer)];
+              int seen = 0;
+              for (size_t j = 0; j < ps.ops.size(); ++j) {
+                if (ps.ops[j].type == OpType::Send && ps.ops[j].peer == r && seen++ == m) {
+                  v = std::max(v, t[static_cast<size_t>(op.peer)][j] + 1);
+                  break;
+                }
+              }
+            }
+            if (v != t[static_cast<size_t>(r)][i]) {
+              t[static_cast<size_t>(r)][i] = v;
+              changed = true;
+            }
+            longest = std::max(longest, v);
+          }
+        }
+      }
+      EXPECT_EQ(longest, closedFormSteps(a, n));
+    }
+  }
+}
+
+TEST(AllreduceAlgos, RecursiveDoublingKnownShape) {
+  // n = 4, 5 elements in segments of 3, rank 1: partners 0 then 3.
+  const Schedule s = recursiveDoublingAllreduce(1, 4, 5, 3);
+  ASSERT_EQ(s.ops.size(), 8u);
+  EXPECT_EQ(s.peers, (std::vector<int>{0, 3}));
+  // Round 0, segment 0: send the input, then reduce into Output once the send is out.
+  EXPECT_EQ(s.ops[0].type, OpType::Send);
+  EXPECT_EQ(s.ops[0].peer, 0);
+  EXPECT_EQ(s.ops[0].buffer, BufferId::Input);
+  EXPECT_EQ(s.ops[0].range, (Range{0, 3}));
+  EXPECT_EQ(s.ops[1].type, OpType::Recv);
+  EXPECT_EQ(s.ops[1].action, RecvAction::Reduce);
+  EXPECT_EQ(s.ops[1].buffer, BufferId::Input);
+  EXPECT_EQ(s.ops[1].dst, BufferId::Output);
+  EXPECT_EQ(s.ops[1].dependsOn, 0);
+  EXPECT_FALSE(s.ops[1].finalize);
+  // Round 1, segment 0: send the partial after round 0's receive; finalize.
+  EXPECT_EQ(s.ops[4].peer, 3);
+  EXPECT_EQ(s.ops[4].step, 1u);
+  EXPECT_EQ(s.ops[4].buffer, BufferId::Output);
+  EXPECT_EQ(s.ops[4].dependsOn, 1);
+  EXPECT_EQ(s.ops[5].buffer, BufferId::Output);
+  EXPECT_EQ(s.ops[5].dependsOn, 4);
+  EXPECT_TRUE(s.ops[5].finalize);
+  // n = 3: rank 1 folds into rank 0 and gets the result back; rank 2 is core rank 1.
+  const Schedule odd = recursiveDoublingAllreduce(1, 3, 4, 10);
+  ASSERT_EQ(odd.ops.size(), 2u);
+  EXPECT_EQ(odd.ops[0].peer, 0);
+  EXPECT_EQ(odd.ops[0].step, 0u);
+  EXPECT_EQ(odd.ops[1].action, RecvAction::Copy);
+  EXPECT_EQ(odd.ops[1].step, 2u);
+  EXPECT_EQ(odd.phaseOf(2)->name, "fold-out");
+  const Schedule even = recursiveDoublingAllreduce(0, 3, 4, 10);
+  EXPECT_EQ(even.peers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(even.phaseOf(1)->name, "exchange");
+}
+
+TEST(AllreduceAlgos, HalvingDoublingKnownShape) {
+  // n = 4, 8 elements (blocks of 2), one segment per range, rank 1 (virtual 1).
+  const Schedule s = halvingDoublingAllreduce(1, 4, 8, 100);
+  ASSERT_EQ(s.ops.size(), 8u);
+  // Halving, distance 2 (partner 3): send blocks 2-3, reduce blocks 0-1 from the input.
+  EXPECT_EQ(s.ops[0].peer, 3);
+  EXPECT_EQ(s.ops[0].range, (Range{4, 4}));
+  EXPECT_EQ(s.ops[0].buffer, BufferId::Input);
+  EXPECT_EQ(s.ops[1].peer, 3);
+  EXPECT_EQ(s.ops[1].range, (Range{0, 4}));
+  EXPECT_EQ(s.ops[1].buffer, BufferId::Input);
+  // Distance 1 (partner 0): send block 0, reduce block 1 (finalize).
+  EXPECT_EQ(s.ops[2].peer, 0);
+  EXPECT_EQ(s.ops[2].range, (Range{0, 2}));
+  EXPECT_EQ(s.ops[2].dependsOn, 1);
+  EXPECT_EQ(s.ops[3].range, (Range{2, 2}));
+  EXPECT_EQ(s.ops[3].buffer, BufferId::Output);
+  EXPECT_TRUE(s.ops[3].finalize);
+  // Doubling, distance 1: send block 1, copy block 0; distance 2: send 0-1, copy 2-3.
+  EXPECT_EQ(s.ops[4].range, (Range{2, 2}));
+  EXPECT_EQ(s.ops[4].dependsOn, 3);
+  EXPECT_EQ(s.ops[5].action, RecvAction::Copy);
+  EXPECT_EQ(s.ops[5].range, (Range{0, 2}));
+  EXPECT_EQ(s.ops[6].peer, 3);
+  EXPECT_EQ(s.ops[6].range, (Range{0, 4}));
+  EXPECT_EQ(s.ops[6].dependsOn, 5);  // the latest write into blocks 0-1
+  EXPECT_EQ(s.ops[7].range, (Range{4, 4}));
+  EXPECT_EQ(s.ops[7].dependsOn, 5);  // the chain: completes after block 0 arrived
+  EXPECT_EQ(s.phaseOf(0)->name, "reduce-scatter");
+  EXPECT_EQ(s.phaseOf(2)->name, "all-gather");
+}
+
+TEST(AllreduceAlgos, TreeKnownShape) {
+  // n = 4, 4 elements (halves [0,2) and [2,4)), one segment each, depth 2. Tree 0:
+  // 0 - 2 - {1, 3}; tree 1 mirrors: 3 - 1 - {2, 0}. Rank 2 is inner in tree 0 (depth
+  // 1) and a leaf of tree 1 (depth 2). Ops in pipeline-time order (T, tree):
+  const Schedule s = treeAllreduce(2, 4, 4, 100);
+  EXPECT_EQ(s.peers, (std::vector<int>{0, 1, 3}));
+  struct Want {
+    OpType type;
+    int peer;
+    uint32_t step;
+    Range range;
+    BufferId buffer;
+    int32_t dependsOn;
+  };
+  const Want want[] = {
+      {OpType::Recv, 1, 0, {0, 2}, BufferId::Input, -1},  // T 0: fold child 1 into Input
+      {OpType::Recv, 3, 0, {0, 2}, BufferId::Output, 0},  // T 0: then child 3
+      {OpType::Send, 1, 4, {2, 2}, BufferId::Input, -1},  // T 0: tree 1 leaf, up to 1
+      {OpType::Send, 0, 1, {0, 2}, BufferId::Output, 1},  // T 1: folded half up to 0
+      {OpType::Recv, 0, 2, {0, 2}, BufferId::Input, -1},  // T 2: the final half (Copy)
+      {OpType::Send, 1, 3, {0, 2}, BufferId::Output, 4},  // T 3: down to the children
+      {OpType::Send, 3, 3, {0, 2}, BufferId::Output, 4},
+      {OpType::Recv, 1, 7, {2, 2}, BufferId::Input, -1},  // T 3: tree 1's final half
+  };
+  ASSERT_EQ(s.ops.size(), std::size(want));
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    SCOPED_TRACE("op " + std::to_string(i));
+    const Op& op = s.ops[i];
+    EXPECT_EQ(op.type, want[i].type);
+    EXPECT_EQ(op.peer, want[i].peer);
+    EXPECT_EQ(op.step, want[i].step);
+    EXPECT_EQ(op.range, want[i].range);
+    EXPECT_EQ(op.dependsOn, want[i].dependsOn);
+    if (op.type == OpType::Send || op.action == RecvAction::Reduce) {
+      EXPECT_EQ(op.buffer, want[i].buffer);
+    }
+  }
+  EXPECT_EQ(s.ops[4].action, RecvAction::Copy);
+  EXPECT_EQ(s.ops[7].action, RecvAction::Copy);
+  // The root of tree 0 (rank 0) finalizes its half; rank 3 (root of tree 1) the other.
+  auto finalizes = [](const Schedule& x) {
+    std::vector<Range> f;
+    for (const Op& op : x.ops) {
+      if (op.finalize) f.push_back(op.range);
+    }
+    return f;
+  };
+  EXPECT_EQ(finalizes(treeAllreduce(0, 4, 4, 100)), (std::vector<Range>{{0, 2}}));
+  EXPECT_EQ(finalizes(treeAllreduce(3, 4, 4, 100)), (std::vector<Range>{{2, 2}}));
+  EXPECT_TRUE(finalizes(s).empty());
+  EXPECT_EQ(s.phaseOf(0)->name, "reduce (tree 0)");
+  EXPECT_EQ(s.phaseOf(3)->name, "broadcast (tree 0)");
+  EXPECT_EQ(s.phaseOf(4)->name, "reduce (tree 1)");
+  EXPECT_EQ(s.phaseOf(7)->name, "broadcast (tree 1)");
+}
+
+// ---- simulated execution -------------------------------------------------------------
+
+enum class Mode { Eager, Rendezvous, Mixed };
+
+class Simulation {
+ public:
+  // inputs[r]: rank r's input, count elements of dtype.
+  Simulation(int n, size_t count, DataType dtype, ReduceOp op,
+             const std::vector<std::vector<uint8_t>>& inputs, std::vector<Schedule> scheds,
+             bool inPlace, bool copyInputFirst, Mode mode, uint32_t seed)
+      : n_(n),
+        count_(count),
+        dtype_(dtype),
+        op_(op),
+        elem_(dataTypeSize(dtype)),
+        inPlace_(inPlace),
+        copyInput_(inPlace && copyInputFirst),
+        mode_(mode),
+        rng_(seed),
+        ranks_(static_cast<size_t>(n)),
+        fifos_(static_cast<size_t>(n * n)) {
+    for (int r = 0; r < n; ++r) {
+      Rank& rk = ranks_[static_cast<size_t>(r)];
+      rk.sched = std::move(scheds[static_cast<size_t>(r)]);
+      rk.input = inputs[static_cast<size_t>(r)];
+      // In place the output is the input; out of place it starts as garbage.
+      rk.output = inPlace ? rk.input : std::vector<uint8_t>(count * elem_, 0x5a);
+      rk.scratch.assign(rk.sched.scratchElems * elem_, 0x3c);
+      rk.done.assign(rk.sched.ops.size(), 0);
+      rk.chans.resize(static_cast<size_t>(n));
+      for (size_t i = 0; i < rk.sched.ops.size(); ++i) {
+        const Op& o = rk.sched.ops[i];
+        Chan& c = rk.chans[static_cast<size_t>(o.peer)];
+        (o.type == OpType::Send ? c.sends : c.recvs).push_back(i);
+      }
+      for (Chan& c : rk.chans) c.staging.resize(rk.sched.maxRecvElems() * elem_);
+      remaining_ += rk.sched.ops.size();
+    }
+  }
+
+  std::string run() {
+    struct Event {
+      int rank;
+      int peer;
+      int kind;  // 0 send start, 1 send finish, 2 land start, 3 land finish, 4 apply
+    };
+    std::vector<Event> events;
+    while (remaining_ > 0) {
+      events.clear();
+      for (int r = 0; r < n_; ++r) {
+        Rank& rk = ranks_[static_cast<size_t>(r)];
+        for (int p = 0; p < n_; ++p) {
+          Chan& c = rk.chans[static_cast<size_t>(p)];
+          if (c.sendHead < c.sends.size()) {
+            if (!c.sending && depDone(rk, c.sends[c.sendHead])) events.push_back({r, p, 0});
+            if (c.sending && sendMayFinish(r, p)) events.push_back({r, p, 1});
+          }
+          if (c.recvHead < c.recvs.size()) {
+            std::deque<Message>& q = fifo(p, r);
+            if (!c.landing && !c.landed && !q.empty()) events.push_back({r, p, 2});
+            if (c.landing && q.front().complete) events.push_back({r, p, 3});
+            if (c.landed && depDone(rk, c.recvs[c.recvHead])) events.push_back({r, p, 4});
+          }
+        }
+      }
+      if (events.empty()) return "deadlock:" + pending();
+      std::shuffle(events.begin(), events.end(), rng_);
+      std::uniform_int_distribution<size_t> take(1, events.size());
+      events.resize(take(rng_));
+      for (const Event& e : events) {
+        std::string err;
+        switch (e.kind) {
+          case 0:
+            err = sendStart(e.rank, e.peer);
+            break;
+          case 1:
+            err = sendFinish(e.rank, e.peer);
+            break;
+          case 2:
+            err = landStart(e.rank, e.peer);
+            break;
+          case 3:
+            err = landFinish(e.rank, e.peer);
+            break;
+          default:
+            err = apply(e.rank, e.peer);
+            break;
+        }
+        if (!err.empty()) return err;
+      }
+    }
+    for (int a = 0; a < n_; ++a) {
+      for (int b = 0; b < n_; ++b) {
+        if (!fifo(a, b).empty()) {
+          return "messages left over from " + std::to_string(a) + " to " + std::to_string(b);
+        }
+      }
+    }
+    return "";
+  }
+
+  const std::vector<uint8_t>& output(int r) const { return ranks_[static_cast<size_t>(r)].output; }
+  const std::vector<uint8_t>& input(int r) const { return ranks_[static_cast<size_t>(r)].input; }
+
+ private:
+  struct Message {
+    uint32_t step;
+    Range range;
+    std::vector<uint8_t> payload;
+    bool complete = false;     // the send finished
+    bool landStarted = false;  // the receiver started reading it
+    bool rendezvous = false;   // its send may finish only after the land started
+  };
+  struct Chan {
+    std::vector<size_t> sends;
+    std::vector<size_t> recvs;
+    size_t sendHead = 0;
+    size_t recvHead = 0;
+    bool sending = false;
+    std::vector<uint8_t> snapshot;  // what the active send read
+    bool landing = false;
+    bool landed = false;
+    std::vector<uint8_t> staging;
+  };
+  struct Rank {
+    Schedule sched;
+    std::vector<uint8_t> input;  // in place without a copy: unused, `output` is the buffer
+    std::vector<uint8_t> output;
+    std::vector<uint8_t> scratch;
+    std::vector<char> done;
+    std::vector<Chan> chans;
+  };
+
+  std::deque<Message>& fifo(int from, int to) {
+    return fifos_[static_cast<size_t>(from * n_ + to)];
+  }
+
+  static bool depDone(const Rank& rk, size_t idx) {
+    const int32_t d = rk.sched.ops[idx].dependsOn;
+    return d < 0 || rk.done[static_cast<size_t>(d)] != 0;
+  }
+
+  // Element `offset` of buffer b (origins 0), or nullptr with `err` set.
+  uint8_t* at(Rank& rk, BufferId b, const Range& range, std::string* err) {
+    std::vector<uint8_t>* v = nullptr;
+    switch (b) {
+      case BufferId::Input:
+        v = (inPlace_ && !copyInput_) ? &rk.output : &rk.input;
+        break;
+      case BufferId::Output:
+        v = &rk.output;
+        break;
+      case BufferId::Scratch:
+        v = &rk.scratch;
+        break;
+    }
+    if ((range.offset + range.count) * elem_ > v->size()) {
+      *err = "range [" + std::to_string(range.offset) + "+" + std::to_string(range.count) +
+             ") outside its buffer";
+      return nullptr;
+    }
+    return v->data() + range.offset * elem_;
+  }
+
+  bool sendMayFinish(int r, int p) {
+    const Message& m = fifo(r, p).back();
+    return !m.rendezvous || m.landStarted;
+  }
+
+  void complete(Rank& rk, size_t idx) {
+    rk.done[idx] = 1;
+    --remaining_;
+  }
+
+  std::string sendStart(int r, int p) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    Chan& c = rk.chans[static_cast<size_t>(p)];
+    const Op& op = rk.sched.ops[c.sends[c.sendHead]];
+    std::string err;
+    const uint8_t* src = at(rk, op.buffer, op.range, &err);
+    if (src == nullptr) return "rank " + std::to_string(r) + " send: " + err;
+    c.snapshot.assign(src, src + op.range.count * elem_);
+    Message m;
+    m.step = op.step;
+    m.range = op.range;
+    m.payload = c.snapshot;
+    m.rendezvous = mode_ == Mode::Rendezvous || (mode_ == Mode::Mixed && rng_() % 2 == 0);
+    fifo(r, p).push_back(std::move(m));
+    c.sending = true;
+    return "";
+  }
+
+  std::string sendFinish(int r, int p) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    Chan& c = rk.chans[static_cast<size_t>(p)];
+    const size_t idx = c.sends[c.sendHead];
+    const Op& op = rk.sched.ops[idx];
+    std::string err;
+    const uint8_t* src = at(rk, op.buffer, op.range, &err);
+    if (std::memcmp(src, c.snapshot.data(), c.snapshot.size()) != 0) {
+      std::ostringstream os;
+      os << "rank " << r << " op " << idx << ": the source of the send to " << p << " ["
+         << op.range.offset << "+" << op.range.count << ") changed while it was being sent";
+      return os.str();
+    }
+    fifo(r, p).back().complete = true;
+    c.sending = false;
+    c.sendHead++;
+    complete(rk, idx);
+    return "";
+  }
+
+  std::string landStart(int r, int p) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    Chan& c = rk.chans[static_cast<size_t>(p)];
+    const size_t idx = c.recvs[c.recvHead];
+    const Op& op = rk.sched.ops[idx];
+    Message& m = fifo(p, r).front();
+    if (m.step != op.step || m.range != op.range) {
+      std::ostringstream os;
+      os << "rank " << r << " op " << idx << " from " << p << ": got step " << m.step << " ["
+         << m.range.offset << "+" << m.range.count << "), expected step " << op.step << " ["
+         << op.range.offset << "+" << op.range.count << ")";
+      return os.str();
+    }
+    if (op.action == RecvAction::Copy) {
+      // A half-landed payload: whatever reads this range now reads garbage.
+      std::string err;
+      uint8_t* dst = at(rk, op.dst, op.range, &err);
+      if (dst == nullptr) return "rank " + std::to_string(r) + " copy: " + err;
+      std::memset(dst, 0xa5, op.range.count * elem_);
+    }
+    m.landStarted = true;
+    c.landing = true;
+    return "";
+  }
+
+  std::string landFinish(int r, int p) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    Chan& c = rk.chans[static_cast<size_t>(p)];
+    const Op& op = rk.sched.ops[c.recvs[c.recvHead]];
+    Message m = std::move(fifo(p, r).front());
+    fifo(p, r).pop_front();
+    std::string err;
+    uint8_t* target =
+        op.action == RecvAction::Copy ? at(rk, op.dst, op.range, &err) : c.staging.data();
+    std::memcpy(target, m.payload.data(), m.payload.size());
+    c.landing = false;
+    c.landed = true;
+    return "";
+  }
+
+  std::string apply(int r, int p) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    Chan& c = rk.chans[static_cast<size_t>(p)];
+    const size_t idx = c.recvs[c.recvHead];
+    const Op& op = rk.sched.ops[idx];
+    std::string err;
+    uint8_t* dst = at(rk, op.dst, op.range, &err);
+    if (dst == nullptr) return "rank " + std::to_string(r) + " apply: " + err;
+    const size_t len = op.range.count;
+    if (op.action == RecvAction::Reduce) {
+      const uint8_t* operand = at(rk, op.buffer, op.range, &err);
+      if (operand == nullptr) return "rank " + std::to_string(r) + " operand: " + err;
+      reduce::apply(dst, operand, c.staging.data(), len, dtype_, op_);
+    }
+    if (op.thenSelf) {
+      reduce::apply(dst, dst, at(rk, BufferId::Input, op.range, &err), len, dtype_, op_);
+    }
+    if (op.finalize && op_ == ReduceOp::Avg) reduce::divide(dst, len, dtype_, n_);
+    c.landed = false;
+    c.recvHead++;
+    complete(rk, idx);
+    return "";
+  }
+
+  std::string pending() const {
+    std::ostringstream os;
+    for (int r = 0; r < n_; ++r) {
+      const Rank& rk = ranks_[static_cast<size_t>(r)];
+      for (int p = 0; p < n_; ++p) {
+        const Chan& c = rk.chans[static_cast<size_t>(p)];
+        if (c.sendHead < c.sends.size()) {
+          os << " rank " << r << " send to " << p << " op " << c.sends[c.sendHead]
+             << (c.sending ? " (sending)" : "") << ";";
+        }
+        if (c.recvHead < c.recvs.size()) {
+          os << " rank " << r << " recv from " << p << " op " << c.recvs[c.recvHead]
+             << (c.landed    ? " (landed)"
+                 : c.landing ? " (landing)"
+                             : "")
+             << ";";
+        }
+      }
+    }
+    return os.str();
+  }
+
+  int n_;
+  size_t count_;
+  DataType dtype_;
+  ReduceOp op_;
+  size_t elem_;
+  bool inPlace_;
+  bool copyInput_;
+  Mode mode_;
+  std::mt19937 rng_;
+  std::vector<Rank> ranks_;
+  std::vector<std::deque<Message>> fifos_;
+  size_t remaining_ = 0;
+};
+
+// Exact int64 data: (r+1)*1000 + i for sum and avg; for max the largest value sits on
+// a different rank for each element.
+int64_t inputValue(ReduceOp op, int n, int r, size_t i) {
+  if (op == ReduceOp::Max) {
+    return (static_cast<int64_t>((static_cast<size_t>(r) + i) % static_cast<size_t>(n)) + 1) *
+               1000 +
+           static_cast<int64_t>(i);
+  }
+  return (int64_t{r} + 1) * 1000 + static_cast<int64_t>(i);
+}
+
+int64_t expectedValue(ReduceOp op, int n, size_t i) {
+  if (op == ReduceOp::Max) return int64_t{n} * 1000 + static_cast<int64_t>(i);
+  // sum_r (r+1)*1000 + i = 1000 n(n+1)/2 + n i
+  const int64_t sum = 1000 * int64_t{n} * (n + 1) / 2 + int64_t{n} * static_cast<int64_t>(i);
+  return op == ReduceOp::Avg ? sum / n : sum;
+}
+
+std::vector<std::vector<uint8_t>> intInputs(ReduceOp op, int n, size_t count) {
+  std::vector<std::vector<uint8_t>> in(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    std::vector<int64_t> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = inputValue(op, n, r, i);
+    in[static_cast<size_t>(r)].resize(count * 8);
+    if (count > 0) std::memcpy(in[static_cast<size_t>(r)].data(), v.data(), count * 8);
+  }
+  return in;
+}
+
+// Runs one case; returns "" or what went wrong (the first wrong element).
+std::string simulateInt(Algorithm a, int n, size_t count, size_t seg, ReduceOp op, bool inPlace,
+                        Mode mode, uint32_t seed) {
+  const auto inputs = intInputs(op, n, count);
+  Simulation sim(n, count, DataType::Int64, op, inputs, schedules(a, n, count, seg), inPlace,
+                 allreduceReadsInputLate(a), mode, seed);
+  std::string err = sim.run();
+  if (!err.empty()) return err;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int64_t> out(count);
+    if (count > 0) std::memcpy(out.data(), sim.output(r).data(), count * 8);
+    // World 1 is the communicator's copy (and avg's division by 1), not the schedule's.
+    for (size_t i = 0; i < count && n > 1; ++i) {
+      const int64_t want = expectedValue(op, n, i);
+      if (out[i] != want) {
+        std::ostringstream os;
+        os << "rank " << r << " element " << i << ": got " << out[i] << ", expected " << want;
+        return os.str();
+      }
+    }
+    if (!inPlace && sim.input(r) != inputs[static_cast<size_t>(r)]) {
+      return "rank " + std::to_string(r) + ": the input was overwritten";
+    }
+  }
+  return "";
+}
+
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
+
+std::vector<int> simWorlds() {
+  std::vector<int> w;
+  for (int n = 1; n <= 12; ++n) w.push_back(n);
+  w.push_back(16);
+  w.push_back(17);
+  return w;
+}
+
+void simulateGrid(Algorithm a, int seeds) {
+  uint32_t seed = 2024;
+  for (int n : simWorlds()) {
+    for (size_t count : countGrid(n, 1001)) {
+      for (size_t seg : {size_t{1}, size_t{7}, size_t{64}}) {
+        for (ReduceOp op : kOps) {
+          for (bool inPlace : {false, true}) {
+            for (int k = 0; k < seeds; ++k) {
+              const Mode mode = static_cast<Mode>(k % 3);
+              SCOPED_TRACE(label(a, n, count, seg) + " op=" + std::string(toString(op)) +
+                           (inPlace ? " in-place" : " out-of-place") +
+                           " mode=" + std::to_string(static_cast<int>(mode)) +
+                           " seed=" + std::to_string(seed));
+              ASSERT_EQ(simulateInt(a, n, count, seg, op, inPlace, mode, seed), "");
+              ++seed;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AllreduceSimulation, TreeOverGrid) { simulateGrid(Algorithm::Tree, 3); }
+TEST(AllreduceSimulation, HalvingDoublingOverGrid) { simulateGrid(Algorithm::HalvingDoubling, 3); }
+TEST(AllreduceSimulation, RecursiveDoublingOverGrid) {
+  simulateGrid(Algorithm::RecursiveDoubling, 3);
+}
+
+// The ring and naive schedules under the same strict rules (naive in place works
+// from a copy of the input, as the communicator arranges).
+TEST(AllreduceSimulation, RingAndNaiveUnderTheStrictModel) {
+  uint32_t seed = 77;
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Naive}) {
+    for (int n : {2, 3, 4, 5, 8, 9}) {
+      for (size_t count : countGrid(n, 257)) {
+        for (size_t seg : {size_t{1}, size_t{7}, size_t{64}}) {
+          for (bool inPlace : {false, true}) {
+            const Mode mode = static_cast<Mode>(seed % 3);
+            SCOPED_TRACE(label(a, n, count, seg) + (inPlace ? " in-place" : " out-of-place") +
+                         " seed=" + std::to_string(seed));
+            ASSERT_EQ(simulateInt(a, n, count, seg, ReduceOp::Avg, inPlace, mode, seed), "");
+            ++seed;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Many interleavings of a few small cases, every algorithm, zero buffering.
+TEST(AllreduceSimulation, ManySeedsSmallCases) {
+  uint32_t seed = 31337;
+  for (Algorithm a : allreduceAlgorithms()) {
+    for (int n : {2, 3, 5, 6, 7, 8}) {
+      for (size_t count : {size_t{5}, size_t{13}}) {
+        for (int k = 0; k < 30; ++k) {
+          const Mode mode = k % 2 == 0 ? Mode::Rendezvous : Mode::Mixed;
+          SCOPED_TRACE(label(a, n, count, 2) + " seed=" + std::to_string(seed));
+          ASSERT_EQ(simulateInt(a, n, count, 2, ReduceOp::Sum, k % 3 == 0, mode, seed), "");
+          ++seed;
+        }
+      }
+    }
+  }
+}
+
+// Floating point: every rank ends with bitwise the same result, for every algorithm
+// (rd evaluates a op b on one partner and b op a on the other: equal for commutative
+// ops on finite values), close to the exact sum.
+TEST(AllreduceSimulation, FloatResultsAreBitwiseIdenticalOnAllRanks) {
+  uint32_t seed = 4242;
+  for (Algorithm a : allreduceAlgorithms()) {
+    for (DataType dt : {DataType::Float32, DataType::Float64}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Avg}) {
+        for (int n : {3, 4, 6, 7, 8, 11}) {
+          const size_t count = 97;
+          std::mt19937 gen(seed);
+          std::uniform_real_distribution<double> val(0.5, 1.5);
+          std::vector<std::vector<uint8_t>> inputs(static_cast<size_t>(n));
+          std::vector<double> exact(count, op == ReduceOp::Prod ? 1.0 : 0.0);
+          const size_t elem = dataTypeSize(dt);
+          for (int r = 0; r < n; ++r) {
+            inputs[static_cast<size_t>(r)].resize(count * elem);
+            for (size_t i = 0; i < count; ++i) {
+              // Mixed magnitudes make the order of additions show in the last bits.
+              const double x = val(gen) * (op != ReduceOp::Prod && i % 5 == 0 ? 1e6 : 1.0);
+              if (dt == DataType::Float32) {
+                const float f = static_cast<float>(x);
+                std::memcpy(&inputs[static_cast<size_t>(r)][i * 4], &f, 4);
+                exact[i] = op == ReduceOp::Prod  ? exact[i] * f
+                           : op == ReduceOp::Max ? std::max(exact[i], double{f})
+                                                 : exact[i] + f;
+              } else {
+                std::memcpy(&inputs[static_cast<size_t>(r)][i * 8], &x, 8);
+                exact[i] = op == ReduceOp::Prod  ? exact[i] * x
+                           : op == ReduceOp::Max ? std::max(exact[i], x)
+                                                 : exact[i] + x;
+              }
+            }
+          }
+          if (op == ReduceOp::Avg) {
+            for (double& e : exact) e /= n;
+          }
+          SCOPED_TRACE(label(a, n, count, 5) + " " + std::string(toString(dt)) + " " +
+                       std::string(toString(op)) + " seed=" + std::to_string(seed));
+          Simulation sim(n, count, dt, op, inputs, schedules(a, n, count, 5), false, false,
+                         Mode::Mixed, seed++);
+          ASSERT_EQ(sim.run(), "");
+          for (int r = 1; r < n; ++r) {
+            ASSERT_EQ(sim.output(r), sim.output(0)) << "rank " << r << " differs from rank 0";
+          }
+          for (size_t i = 0; i < count; ++i) {
+            double got = 0;
+            if (dt == DataType::Float32) {
+              float f;
+              std::memcpy(&f, &sim.output(0)[i * 4], 4);
+              got = f;
+            } else {
+              std::memcpy(&got, &sim.output(0)[i * 8], 8);
+            }
+            ASSERT_NEAR(got, exact[i], std::abs(exact[i]) * 1e-5) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- the cost model over all five ----------------------------------------------------
+
+TEST(AllreduceCostModel, PredictionsFollowTheClosedForms) {
+  LinkModel m;
+  m.alphaSec = 1e-5;
+  m.betaSecPerByte = 1e-9;
+  for (int n = 2; n <= 40; ++n) {
+    for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20}) {
+      const double v = static_cast<double>(bytes);
+      EXPECT_DOUBLE_EQ(predictTreeSec(n, bytes, m),
+                       treeSteps(n) * 1e-5 + treeMaxBytesFactor(n) * v * 1e-9);
+      EXPECT_DOUBLE_EQ(predictHalvingDoublingSec(n, bytes, m),
+                       hdSteps(n) * 1e-5 + hdMaxBytesFactor(n) * v * 1e-9);
+      EXPECT_DOUBLE_EQ(predictRecursiveDoublingSec(n, bytes, m),
+                       rdSteps(n) * 1e-5 + rdMaxBytesFactor(n) * v * 1e-9);
+      for (Algorithm a : allreduceAlgorithms()) {
+        EXPECT_GE(predictAllreduceSec(a, n, bytes, m), 0.0);
+      }
+    }
+  }
+  for (Algorithm a : allreduceAlgorithms()) EXPECT_EQ(predictAllreduceSec(a, 1, 1 << 20, m), 0.0);
+}
+
+}  // namespace
+}  // namespace tccl::algo
