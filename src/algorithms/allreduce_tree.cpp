@@ -167,7 +167,7 @@ Schedule treeAllreduce(int rank, int n, size_t count, size_t segElems) {
       }
       // Broadcast: receive the final segment from the parent (the root has it), then
       // forward it to each child.
-      int32_t final = folded;
+      int32_t finalSeg = folded;
       if (parentPos >= 0) {
         Op op;
         op.type = OpType::Recv;
@@ -176,7 +176,7 @@ Schedule treeAllreduce(int rank, int n, size_t count, size_t segElems) {
         op.range = seg;
         op.action = RecvAction::Copy;
         op.dst = BufferId::Output;
-        final = add(j + dd + d - 1, tree, 1, j, 0, -1, op);
+        finalSeg = add(j + dd + d - 1, tree, 1, j, 0, -1, op);
       }
       for (int c = 0; c < nkids; ++c) {
         Op op;
@@ -185,7 +185,7 @@ Schedule treeAllreduce(int rank, int n, size_t count, size_t segElems) {
         op.step = base + depth + static_cast<uint32_t>(d);
         op.range = seg;
         op.buffer = BufferId::Output;
-        add(j + dd + d, tree, 1, j, 1 + c, final, op);
+        add(j + dd + d, tree, 1, j, 1 + c, finalSeg, op);
       }
     }
   }
