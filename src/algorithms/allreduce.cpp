@@ -8,16 +8,6 @@
 
 namespace tccl::algo {
 
-namespace detail {
-
-void collectPeers(Schedule& s) {
-  std::set<int> peers;
-  for (const Op& op : s.ops) peers.insert(op.peer);
-  s.peers.assign(peers.begin(), peers.end());
-}
-
-}  // namespace detail
-
 const std::vector<Algorithm>& allreduceAlgorithms() {
   static const std::vector<Algorithm> kAlgorithms = {Algorithm::Ring, Algorithm::Naive,
                                                      Algorithm::Tree, Algorithm::HalvingDoubling,

@@ -119,9 +119,4 @@ double treeMaxBytesFactor(int n);
 double hdMaxBytesFactor(int n);
 double rdMaxBytesFactor(int n);
 
-namespace detail {
-// Sets s.peers to the distinct peers of s.ops, ascending.
-void collectPeers(Schedule& s);
-}  // namespace detail
-
 }  // namespace tccl::algo

@@ -69,33 +69,12 @@ Schedule halvingDoublingAllreduce(int rank, int n, size_t count, size_t segElems
 
   const Range all{0, count};
   const size_t allSegs = segmentCount(count, segElems);
-  auto emit = [&](const Op& op) {
-    s.ops.push_back(op);
-    return static_cast<int32_t>(s.ops.size() - 1);
-  };
   auto send = [&](int peer, uint32_t step, Range r, BufferId buf, int32_t dep) {
-    Op op;
-    op.type = OpType::Send;
-    op.peer = peer;
-    op.step = step;
-    op.range = r;
-    op.buffer = buf;
-    op.dependsOn = dep;
-    return emit(op);
+    return addSend(s, peer, step, r, buf, dep);
   };
   auto recv = [&](int peer, uint32_t step, Range r, RecvAction action, BufferId operand,
                   int32_t dep, bool finalize) {
-    Op op;
-    op.type = OpType::Recv;
-    op.peer = peer;
-    op.step = step;
-    op.range = r;
-    op.action = action;
-    op.buffer = operand;
-    op.dst = BufferId::Output;
-    op.dependsOn = dep;
-    op.finalize = finalize;
-    return emit(op);
+    return addRecv(s, peer, step, r, action, operand, BufferId::Output, dep, finalize);
   };
 
   const int v = foldVirtualRank(rank, f);
@@ -108,7 +87,7 @@ Schedule halvingDoublingAllreduce(int rank, int n, size_t count, size_t segElems
       recv(rank - 1, fs + 2 * L, segmentRange(all, segElems, k), RecvAction::Copy, BufferId::Output,
            -1, false);
     }
-    detail::collectPeers(s);
+    collectPeers(s);
     return s;
   }
   const bool folds = rank < 2 * f.rem;
@@ -189,7 +168,7 @@ Schedule halvingDoublingAllreduce(int rank, int n, size_t count, size_t segElems
       send(rank + 1, fs + 2 * L, r, BufferId::Output, latestWrite(r, L));
     }
   }
-  detail::collectPeers(s);
+  collectPeers(s);
   return s;
 }
 

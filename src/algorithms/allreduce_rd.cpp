@@ -44,18 +44,12 @@ Schedule recursiveDoublingAllreduce(int rank, int n, size_t count, size_t segEle
 
   const Range all{0, count};
   const size_t segs = segmentCount(count, segElems);
+  // Every receive reduces into Output; `buf` is a send's source or a receive's operand.
   auto emit = [&](OpType type, int peer, uint32_t step, size_t k, BufferId buf, int32_t dep) {
-    Op op;
-    op.type = type;
-    op.peer = peer;
-    op.step = step;
-    op.range = segmentRange(all, segElems, k);
-    op.buffer = buf;
-    op.dst = BufferId::Output;
-    op.dependsOn = dep;
-    if (type == OpType::Recv) op.action = RecvAction::Reduce;
-    s.ops.push_back(op);
-    return static_cast<int32_t>(s.ops.size() - 1);
+    const Range r = segmentRange(all, segElems, k);
+    return type == OpType::Send
+               ? addSend(s, peer, step, r, buf, dep)
+               : addRecv(s, peer, step, r, RecvAction::Reduce, buf, BufferId::Output, dep);
   };
 
   const int v = foldVirtualRank(rank, f);
@@ -65,7 +59,7 @@ Schedule recursiveDoublingAllreduce(int rank, int n, size_t count, size_t segEle
       const int32_t i = emit(OpType::Recv, rank - 1, fs + L, k, BufferId::Output, -1);
       s.ops[static_cast<size_t>(i)].action = RecvAction::Copy;
     }
-    detail::collectPeers(s);
+    collectPeers(s);
     return s;
   }
   const bool folds = rank < 2 * f.rem;
@@ -93,7 +87,7 @@ Schedule recursiveDoublingAllreduce(int rank, int n, size_t count, size_t segEle
       emit(OpType::Send, rank + 1, fs + L, k, BufferId::Output, last[k]);
     }
   }
-  detail::collectPeers(s);
+  collectPeers(s);
   return s;
 }
 

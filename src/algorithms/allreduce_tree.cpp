@@ -209,7 +209,7 @@ Schedule treeAllreduce(int rank, int n, size_t count, size_t segElems) {
     op.dependsOn = k.dep < 0 ? -1 : where[static_cast<size_t>(k.dep)];
     s.ops.push_back(op);
   }
-  detail::collectPeers(s);
+  collectPeers(s);
   return s;
 }
 

@@ -6,16 +6,15 @@
 namespace tccl::algo {
 namespace {
 
-void collectPeers(Schedule& s) {
-  std::set<int> peers;
-  for (const Op& op : s.ops) peers.insert(op.peer);
-  s.peers.assign(peers.begin(), peers.end());
-}
-
 int log2Floor(int x) {
   int k = 0;
   while ((2 << k) <= x) ++k;
   return k;
+}
+
+int32_t pushOp(Schedule& s, const Op& op) {
+  s.ops.push_back(op);
+  return static_cast<int32_t>(s.ops.size() - 1);
 }
 
 // ceil(log2 n) for n >= 1.
@@ -23,33 +22,6 @@ uint32_t rounds(int n) {
   uint32_t k = 0;
   while ((1 << k) < n) ++k;
   return k;
-}
-
-Op sendOp(int peer, uint32_t step, Range range, BufferId from, int32_t dependsOn = -1) {
-  Op op;
-  op.type = OpType::Send;
-  op.peer = peer;
-  op.step = step;
-  op.range = range;
-  op.buffer = from;
-  op.dependsOn = dependsOn;
-  return op;
-}
-
-Op recvCopy(int peer, uint32_t step, Range range, BufferId into) {
-  Op op;
-  op.type = OpType::Recv;
-  op.peer = peer;
-  op.step = step;
-  op.range = range;
-  op.action = RecvAction::Copy;
-  op.dst = into;
-  return op;
-}
-
-int32_t push(Schedule& s, const Op& op) {
-  s.ops.push_back(op);
-  return static_cast<int32_t>(s.ops.size() - 1);
 }
 
 // Ring pass shared by reduce-scatter and all-gather: N-1 steps, each forwarding the
@@ -68,9 +40,9 @@ void ringPass(Schedule& s, int rank, int n, size_t c, size_t segElems, SendBlock
     const Range rb{static_cast<size_t>(recvBlock(st)) * c, c};
     std::vector<int32_t> thisRecv(segs, -1);
     for (size_t k = 0; k < segs; ++k) {
-      push(s, sendOp(next, static_cast<uint32_t>(st), segmentRange(sb, segElems, k), sendFrom(st),
-                     lastRecv.empty() ? -1 : lastRecv[k]));
-      thisRecv[k] = push(s, makeRecv(st, prev, segmentRange(rb, segElems, k)));
+      addSend(s, next, static_cast<uint32_t>(st), segmentRange(sb, segElems, k), sendFrom(st),
+              lastRecv.empty() ? -1 : lastRecv[k]);
+      thisRecv[k] = pushOp(s, makeRecv(st, prev, segmentRange(rb, segElems, k)));
     }
     lastRecv = std::move(thisRecv);
   }
@@ -117,7 +89,13 @@ Schedule ringAllGather(int rank, int n, size_t c, size_t segElems) {
       [&](int st) { return mod(int64_t{rank} - st - 1, n); },
       [](int st) { return st == 0 ? BufferId::Input : BufferId::Output; },
       [](int st, int prev, Range r) {
-        return recvCopy(prev, static_cast<uint32_t>(st), r, BufferId::Output);
+        Op op;
+        op.type = OpType::Recv;
+        op.peer = prev;
+        op.step = static_cast<uint32_t>(st);
+        op.range = r;
+        op.dst = BufferId::Output;
+        return op;
       });
   collectPeers(s);
   return s;
@@ -148,11 +126,10 @@ Schedule binomialBroadcast(int rank, int n, int root, size_t c, size_t segElems)
   for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
     const Range seg = segmentRange(all, segElems, k);
     int32_t got = -1;
-    if (parent >= 0) got = push(s, recvCopy(real(parent), parentStep, seg, BufferId::Output));
+    if (parent >= 0) got = addRecvCopy(s, real(parent), parentStep, seg, BufferId::Output);
     for (int child : children) {
       const uint32_t step = static_cast<uint32_t>(log2Floor(child - v));
-      push(s,
-           sendOp(real(child), step, seg, parent >= 0 ? BufferId::Output : BufferId::Input, got));
+      addSend(s, real(child), step, seg, parent >= 0 ? BufferId::Output : BufferId::Input, got);
     }
   }
   collectPeers(s);
@@ -171,11 +148,10 @@ Schedule chainBroadcast(int rank, int n, int root, size_t c, size_t segElems) {
   for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
     const Range seg = segmentRange(all, segElems, k);
     int32_t got = -1;
-    if (pos > 0)
-      got = push(s, recvCopy(prev, static_cast<uint32_t>(pos - 1), seg, BufferId::Output));
+    if (pos > 0) got = addRecvCopy(s, prev, static_cast<uint32_t>(pos - 1), seg, BufferId::Output);
     if (pos < n - 1) {
-      push(s, sendOp(next, static_cast<uint32_t>(pos), seg,
-                     pos == 0 ? BufferId::Input : BufferId::Output, got));
+      addSend(s, next, static_cast<uint32_t>(pos), seg,
+              pos == 0 ? BufferId::Input : BufferId::Output, got);
     }
   }
   collectPeers(s);
@@ -217,11 +193,11 @@ Schedule binomialReduce(int rank, int n, int root, size_t c, size_t segElems) {
       op.dst = acc;
       op.dependsOn = prevRecv;
       op.finalize = parent < 0 && j + 1 == children.size();
-      prevRecv = push(s, op);
+      prevRecv = pushOp(s, op);
     }
     if (parent >= 0) {
-      push(s, sendOp(real(parent), static_cast<uint32_t>(log2Floor(parentMask)), seg,
-                     children.empty() ? BufferId::Input : acc, prevRecv));
+      addSend(s, real(parent), static_cast<uint32_t>(log2Floor(parentMask)), seg,
+              children.empty() ? BufferId::Input : acc, prevRecv);
     }
   }
   collectPeers(s);
@@ -237,8 +213,8 @@ Schedule disseminationBarrier(int rank, int n) {
   int32_t prevRecv = -1;
   for (uint32_t k = 0; k < r; ++k) {
     const int dist = 1 << k;
-    push(s, sendOp(mod(int64_t{rank} + dist, n), k, Range{0, 0}, BufferId::Input, prevRecv));
-    prevRecv = push(s, recvCopy(mod(int64_t{rank} - dist, n), k, Range{0, 0}, BufferId::Output));
+    addSend(s, mod(int64_t{rank} + dist, n), k, Range{0, 0}, BufferId::Input, prevRecv);
+    prevRecv = addRecvCopy(s, mod(int64_t{rank} - dist, n), k, Range{0, 0}, BufferId::Output);
   }
   collectPeers(s);
   return s;
@@ -255,57 +231,53 @@ Schedule pairwiseAllToAll(int rank, int n, size_t c, size_t segElems) {
     const Range sb{static_cast<size_t>(to) * c, c};
     const Range rb{static_cast<size_t>(from) * c, c};
     for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-      push(s, sendOp(to, 0, segmentRange(sb, segElems, k), BufferId::Input));
-      push(s, recvCopy(from, 0, segmentRange(rb, segElems, k), BufferId::Output));
+      addSend(s, to, 0, segmentRange(sb, segElems, k), BufferId::Input);
+      addRecvCopy(s, from, 0, segmentRange(rb, segElems, k), BufferId::Output);
     }
   }
   collectPeers(s);
   return s;
 }
 
-Schedule flatGather(int rank, int n, int root, size_t c, size_t segElems) {
+namespace {
+
+// Gather (toRoot) and scatter share one shape: the root talks to every rank directly,
+// block p of the root's N-block buffer <-> rank p's single block.
+Schedule flatRooted(int rank, int n, int root, size_t c, size_t segElems, bool toRoot) {
   Schedule s;
   s.algorithm = "flat";
-  s.phases.push_back({"gather", 0, n > 1 ? 1u : 0u});
+  s.phases.push_back({toRoot ? "gather" : "scatter", 0, n > 1 ? 1u : 0u});
   if (n <= 1 || c == 0) return s;
-  if (rank == root) {
-    for (int p = 0; p < n; ++p) {
-      if (p == root) continue;
-      const Range b{static_cast<size_t>(p) * c, c};
-      for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-        push(s, recvCopy(p, 0, segmentRange(b, segElems, k), BufferId::Output));
+  auto blockOf = [&](int p) { return Range{static_cast<size_t>(p) * c, c}; };
+  for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
+    if (rank == root) {
+      for (int p = 0; p < n; ++p) {
+        if (p == root) continue;
+        const Range seg = segmentRange(blockOf(p), segElems, k);
+        if (toRoot) {
+          addRecvCopy(s, p, 0, seg, BufferId::Output);
+        } else {
+          addSend(s, p, 0, seg, BufferId::Input);
+        }
       }
-    }
-  } else {
-    for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-      push(s, sendOp(root, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Input));
+    } else if (toRoot) {
+      addSend(s, root, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Input);
+    } else {
+      addRecvCopy(s, root, 0, segmentRange(blockOf(rank), segElems, k), BufferId::Output);
     }
   }
   collectPeers(s);
   return s;
+}
+
+}  // namespace
+
+Schedule flatGather(int rank, int n, int root, size_t c, size_t segElems) {
+  return flatRooted(rank, n, root, c, segElems, /*toRoot=*/true);
 }
 
 Schedule flatScatter(int rank, int n, int root, size_t c, size_t segElems) {
-  Schedule s;
-  s.algorithm = "flat";
-  s.phases.push_back({"scatter", 0, n > 1 ? 1u : 0u});
-  if (n <= 1 || c == 0) return s;
-  if (rank == root) {
-    for (int p = 0; p < n; ++p) {
-      if (p == root) continue;
-      const Range b{static_cast<size_t>(p) * c, c};
-      for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-        push(s, sendOp(p, 0, segmentRange(b, segElems, k), BufferId::Input));
-      }
-    }
-  } else {
-    const Range mine{static_cast<size_t>(rank) * c, c};
-    for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-      push(s, recvCopy(root, 0, segmentRange(mine, segElems, k), BufferId::Output));
-    }
-  }
-  collectPeers(s);
-  return s;
+  return flatRooted(rank, n, root, c, segElems, /*toRoot=*/false);
 }
 
 Schedule sendTo(int peer, size_t c, size_t segElems) {
@@ -313,7 +285,7 @@ Schedule sendTo(int peer, size_t c, size_t segElems) {
   s.algorithm = "p2p";
   s.phases.push_back({"send", 0, 1});
   for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-    push(s, sendOp(peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Input));
+    addSend(s, peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Input);
   }
   collectPeers(s);
   return s;
@@ -324,7 +296,7 @@ Schedule recvFrom(int peer, size_t c, size_t segElems) {
   s.algorithm = "p2p";
   s.phases.push_back({"recv", 0, 1});
   for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-    push(s, recvCopy(peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Output));
+    addRecvCopy(s, peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Output);
   }
   collectPeers(s);
   return s;

@@ -36,15 +36,40 @@ const Phase* Schedule::phaseOf(uint32_t step) const {
   return nullptr;
 }
 
-namespace {
-
 void collectPeers(Schedule& s) {
   std::set<int> peers;
   for (const Op& op : s.ops) peers.insert(op.peer);
   s.peers.assign(peers.begin(), peers.end());
 }
 
-}  // namespace
+int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from,
+                int32_t dependsOn) {
+  Op op;
+  op.type = OpType::Send;
+  op.peer = peer;
+  op.step = step;
+  op.range = range;
+  op.buffer = from;
+  op.dependsOn = dependsOn;
+  s.ops.push_back(op);
+  return static_cast<int32_t>(s.ops.size() - 1);
+}
+
+int32_t addRecv(Schedule& s, int peer, uint32_t step, Range range, RecvAction action,
+                BufferId operand, BufferId dst, int32_t dependsOn, bool finalize) {
+  Op op;
+  op.type = OpType::Recv;
+  op.peer = peer;
+  op.step = step;
+  op.range = range;
+  op.action = action;
+  op.buffer = operand;
+  op.dst = dst;
+  op.dependsOn = dependsOn;
+  op.finalize = finalize;
+  s.ops.push_back(op);
+  return static_cast<int32_t>(s.ops.size() - 1);
+}
 
 Schedule naiveAllreduce(int rank, int n, size_t count, size_t segElems) {
   Schedule s;

@@ -64,6 +64,19 @@ struct Schedule {
   const Phase* phaseOf(uint32_t step) const;
 };
 
+// ---- builders every schedule uses -----------------------------------------------------
+// Each appends one op and returns its index (for dependsOn).
+int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from,
+                int32_t dependsOn = -1);
+int32_t addRecv(Schedule& s, int peer, uint32_t step, Range range, RecvAction action,
+                BufferId operand, BufferId dst, int32_t dependsOn = -1, bool finalize = false);
+inline int32_t addRecvCopy(Schedule& s, int peer, uint32_t step, Range range, BufferId into,
+                           int32_t dependsOn = -1) {
+  return addRecv(s, peer, step, range, RecvAction::Copy, BufferId::Input, into, dependsOn);
+}
+// Sets s.peers to the distinct peers of s.ops, ascending.
+void collectPeers(Schedule& s);
+
 // Ring all-reduce: reduce-scatter (n-1 steps) then all-gather (n-1 steps), each
 // chunk cut into segments of segElems elements that flow around the ring
 // independently (segment k of step s+1 is sent as soon as segment k of step s has

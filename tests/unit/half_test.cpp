@@ -267,7 +267,8 @@ TEST(Half, Float16VectorAndScalarPathsAgreeBitForBit) {
         // conversion vs the portable one, and the optimiser); NaN-ness must agree.
         auto isNaN16 = [](uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0; };
         if (isNaN16(one)) {
-          ASSERT_TRUE(isNaN16(vec[i]) && isNaN16(inPlace[i])) << std::hex << "0x" << a[i] << " 0x" << p;
+          ASSERT_TRUE(isNaN16(vec[i]) && isNaN16(inPlace[i]))
+              << std::hex << "0x" << a[i] << " 0x" << p;
           continue;
         }
         ASSERT_EQ(vec[i], one) << std::hex << "0x" << a[i] << " " << toString(op) << " 0x" << p;
