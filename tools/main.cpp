@@ -16,13 +16,17 @@ const char* kUsage =
     "          --world N (8) --size V elements (80000)\n"
     "          --dtype float64|float32|float16|bfloat16|int64|int32|int8|uint8\n"
     "          --op sum|prod|min|max|avg --iters K (5) --timeout-ms T (60000) --json\n"
-    "  bench   all-reduce time and bandwidth over sizes, nccl-tests style\n"
-    "          --world N (2) --sizes 8,1K,64M --dtype float32 (any demo dtype) --op sum\n"
-    "          --algo ring|naive|auto --iters K (20) --warmup W (5) --timeout-ms T --json\n"
+    "  bench   nccl-tests-style sweep of any collective: time, algbw, busbw, #wrong, bytes/rank\n"
+    "          --world N (2) -b 8 -e 64M -f 2 (or --sizes 8,1K,64M) --op allreduce|reduce_scatter|\n"
+    "          allgather|broadcast|reduce|alltoall|gather|scatter|sendrecv --dtype D --redop sum\n"
+    "          --root R --algo ring|tree|hd|rd|naive|auto|all -n iters (adaptive) -w warmup (5)\n"
+    "          --csv --json --plot F.svg|F.png --crossover --scaling 2,4,8,16 --no-check\n"
     "  overlap a simulated training step: how much all-reduce time async and bucketed\n"
     "          communication hide behind the backward pass\n"
     "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1)\n"
     "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
+    "  tune    measure the cost model's alpha (per message) and beta (bandwidth) between\n"
+    "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B\n"
     "  version print the version\n";
 
 }  // namespace
@@ -40,6 +44,8 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return tccl::cli::benchMain(argc, argv, 2);
     if (cmd == "_bench-worker") return tccl::cli::benchWorkerMain(argc, argv, 2);
     if (cmd == "overlap") return tccl::cli::overlapMain(argc, argv, 2);
+    if (cmd == "tune") return tccl::cli::tuneMain(argc, argv, 2);
+    if (cmd == "_tune-worker") return tccl::cli::tuneWorkerMain(argc, argv, 2);
     if (cmd == "_overlap-worker") return tccl::cli::overlapWorkerMain(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "tccl " << tccl::kVersion << "\n";

@@ -8,4 +8,6 @@ int benchMain(int argc, char** argv, int first);
 int benchWorkerMain(int argc, char** argv, int first);
 int overlapMain(int argc, char** argv, int first);
 int overlapWorkerMain(int argc, char** argv, int first);
+int tuneMain(int argc, char** argv, int first);
+int tuneWorkerMain(int argc, char** argv, int first);
 }  // namespace tccl::cli

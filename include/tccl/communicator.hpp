@@ -38,6 +38,14 @@ struct CommOptions {
   std::string listenAddress;
   // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB).
   size_t segmentBytes = 0;
+  // Measure the links at construction (measureLinks()); also TCCL_TUNE=startup.
+  bool measureLinks = false;
+};
+
+// The link model behind Algorithm::Auto: per-message time and bandwidth.
+struct LinkEstimate {
+  double alphaUs = 0;
+  double gbps = 0;
 };
 
 struct PreparedCall;
@@ -188,6 +196,13 @@ class Communicator {
                     const CollectiveOptions& options = {});
   WorkPtr recvAsync(void* buf, size_t count, DataType dtype, int peer,
                     const CollectiveOptions& options = {});
+
+  // Measures the per-message time (8-byte ping-pong) and the bandwidth (a
+  // bandwidthBytes transfer) between ranks 0 and 1 and makes them every rank's cost
+  // model (rank 0's figures are broadcast). Collective: every rank must call it.
+  LinkEstimate measureLinks(int iterations = 200, size_t bandwidthBytes = size_t{8} << 20);
+  // The model Auto uses now (rank 0's: defaults, tune file, environment, or measured).
+  LinkEstimate linkModel() const;
 
   // The algorithm Auto would run for an all-reduce of this many bytes, and why.
   Algorithm chooseAllreduceAlgorithm(size_t bytes, std::string* why = nullptr) const;

@@ -1,8 +1,11 @@
 #include "algorithms/select.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "algorithms/allreduce_algos.hpp"
 #include "core/config.hpp"
@@ -10,25 +13,70 @@
 
 namespace tccl::algo {
 
+namespace {
+
+double parsePositive(const std::string& what, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x > 0) || !std::isfinite(x)) {
+    throwError(ErrorKind::InvalidArgument, what + "='" + v + "' is not a positive number");
+  }
+  return x;
+}
+
+}  // namespace
+
+std::string LinkModel::tuneFilePath() {
+  if (auto f = config::getEnv("TCCL_TUNE_FILE")) return *f;
+  if (auto home = config::getEnv("HOME")) return *home + "/.config/tccl/tune.conf";
+  return "";
+}
+
+std::optional<LinkModel> LinkModel::load(const std::string& path) {
+  std::ifstream f(path);
+  if (path.empty() || !f) return std::nullopt;
+  LinkModel m;
+  bool alpha = false, beta = false;
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto eq = line.find('=');
+    if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "alpha_us") {
+      m.alphaSec = parsePositive(path + ": alpha_us", value) * 1e-6;
+      alpha = true;
+    } else if (key == "beta_gbps") {
+      m.betaSecPerByte = 1.0 / (parsePositive(path + ": beta_gbps", value) * 1e9);
+      beta = true;
+    }
+  }
+  if (!alpha || !beta) {
+    throwError(ErrorKind::InvalidArgument, path + ": needs alpha_us=... and beta_gbps=... lines");
+  }
+  return m;
+}
+
+void LinkModel::save(const std::string& path) const {
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.substr(0, slash), ec);
+  }
+  std::ofstream f(path);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\n",
+                alphaSec * 1e6, 1e-9 / betaSecPerByte);
+  f << buf;
+  if (!f) throwError(ErrorKind::System, "cannot write " + path);
+}
+
 LinkModel LinkModel::fromEnv() {
   LinkModel m;
-  auto readPositive = [](const char* name, double* out) {
-    auto v = config::getEnv(name);
-    if (!v) return;
-    char* end = nullptr;
-    double x = std::strtod(v->c_str(), &end);
-    if (*end != '\0' || !(x > 0)) {
-      throwError(ErrorKind::InvalidArgument,
-                 std::string(name) + "='" + *v + "' is not a positive number");
-    }
-    *out = x;
-  };
-  double alphaUs = m.alphaSec * 1e6;
-  double gbps = 1.0 / m.betaSecPerByte / 1e9;
-  readPositive("TCCL_ALPHA_US", &alphaUs);
-  readPositive("TCCL_BETA_GBPS", &gbps);
-  m.alphaSec = alphaUs * 1e-6;
-  m.betaSecPerByte = 1.0 / (gbps * 1e9);
+  if (auto tuned = load(tuneFilePath())) m = *tuned;
+  if (auto v = config::getEnv("TCCL_ALPHA_US"))
+    m.alphaSec = parsePositive("TCCL_ALPHA_US", *v) * 1e-6;
+  if (auto v = config::getEnv("TCCL_BETA_GBPS"))
+    m.betaSecPerByte = 1.0 / (parsePositive("TCCL_BETA_GBPS", *v) * 1e9);
   return m;
 }
 

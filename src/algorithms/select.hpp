@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "tccl/types.hpp"
@@ -24,7 +25,14 @@ namespace tccl::algo {
 struct LinkModel {
   double alphaSec = 20e-6;
   double betaSecPerByte = 1.0 / 2.0e9;
+  // The defaults, then the tune file (TCCL_TUNE_FILE, else ~/.config/tccl/tune.conf,
+  // if it exists; written by `tccl tune`), then TCCL_ALPHA_US / TCCL_BETA_GBPS.
   static LinkModel fromEnv();
+  // "alpha_us=12.5\nbeta_gbps=2.75\n". load() returns nullopt for a missing file and
+  // throws InvalidArgumentError naming the file for a malformed one.
+  static std::optional<LinkModel> load(const std::string& path);
+  void save(const std::string& path) const;
+  static std::string tuneFilePath();
 };
 
 double predictRingSec(int n, size_t bytes, const LinkModel& m);

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "algorithms/allreduce.hpp"
@@ -225,14 +226,23 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   m.store = std::make_shared<PrefixStore>("tccl/" + options.name, store);
 
   // The job id ties every connection to this job: rank 0 draws it, the rest read it.
+  // Rank 0's link model travels with it, so that Auto picks the same algorithm on every
+  // rank whatever each host's tune file or environment says.
   if (rank == 0) {
     uint64_t id = randomJobId();
     if (auto env = config::getEnv("TCCL_JOB_ID")) id = wire::hash64(*env);
-    m.store->setString("jobid", std::to_string(id));
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g", static_cast<unsigned long long>(id),
+                  m.model.alphaSec, m.model.betaSecPerByte);
+    m.store->setString("jobid", buf);
     m.jobId = id;
   } else {
     m.store->wait({"jobid"}, m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
-    m.jobId = std::stoull(m.store->getString("jobid"));
+    std::istringstream is(m.store->getString("jobid"));
+    unsigned long long id = 0;
+    is >> id >> m.model.alphaSec >> m.model.betaSecPerByte;
+    if (!is) throwError(ErrorKind::Store, "malformed job record in the store", rank);
+    m.jobId = id;
   }
 
   TransportConfig tc;
@@ -248,6 +258,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
   m.joined = true;
+  if (options.measureLinks || config::getEnv("TCCL_TUNE").value_or("") == "startup") measureLinks();
   TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job "
                              << std::hex << m.jobId << std::dec << " segment " << m.segmentBytes
                              << " B timeout " << m.timeout.count() << " ms");
@@ -313,6 +324,50 @@ int64_t Communicator::sequence() const {
 }
 const std::shared_ptr<Store>& Communicator::store() const { return impl_->userStore; }
 std::string Communicator::listenAddress() const { return impl_->transport->listenAddress(); }
+
+LinkEstimate Communicator::linkModel() const {
+  return {impl_->model.alphaSec * 1e6, 1e-9 / impl_->model.betaSecPerByte};
+}
+
+LinkEstimate Communicator::measureLinks(int iterations, size_t bandwidthBytes) {
+  Impl& m = *impl_;
+  double est[2] = {m.model.alphaSec, m.model.betaSecPerByte};
+  if (m.size > 1 && m.rank <= 1) {
+    // Ranks 0 and 1: ping-pong of 8 bytes for the per-message time (half a round trip),
+    // then bandwidthBytes each way for the per-byte time.
+    const int peer = 1 - m.rank;
+    std::vector<uint8_t> small(8), big(bandwidthBytes);
+    auto pingPong = [&](std::vector<uint8_t>& buf) {
+      if (m.rank == 0) {
+        send(buf.data(), buf.size(), DataType::UInt8, peer);
+        recv(buf.data(), buf.size(), DataType::UInt8, peer);
+      } else {
+        recv(buf.data(), buf.size(), DataType::UInt8, peer);
+        send(buf.data(), buf.size(), DataType::UInt8, peer);
+      }
+    };
+    for (int i = 0; i < 10; ++i) pingPong(small);  // connect, warm up
+    auto t0 = Deadline::Clock::now();
+    for (int i = 0; i < iterations; ++i) pingPong(small);
+    const double alpha =
+        std::chrono::duration<double>(Deadline::Clock::now() - t0).count() / (2.0 * iterations);
+    pingPong(big);
+    const int rounds = 3;
+    t0 = Deadline::Clock::now();
+    for (int i = 0; i < rounds; ++i) pingPong(big);
+    const double perTransfer =
+        std::chrono::duration<double>(Deadline::Clock::now() - t0).count() / (2.0 * rounds);
+    est[0] = alpha;
+    est[1] = std::max(perTransfer - alpha, 1e-12) /
+             static_cast<double>(std::max<size_t>(bandwidthBytes, 1));
+  }
+  // Everyone takes rank 0's figures, so every rank's Auto agrees.
+  broadcast(est, 2, DataType::Float64, 0);
+  m.model.alphaSec = est[0];
+  m.model.betaSecPerByte = est[1];
+  TCCL_INFO("measured links: alpha " << est[0] * 1e6 << " us, " << 1e-9 / est[1] << " GB/s");
+  return linkModel();
+}
 
 Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why) const {
   if (impl_->envAlgorithm && *impl_->envAlgorithm != Algorithm::Auto) {

@@ -119,5 +119,18 @@ for bad in "--preset vgg" "--steps 0" "--caps 0" "--plot x.png" "--scale -1" "--
   check "overlap $bad exits 2" test $rc -eq 2
 done
 
+tune=$(mktemp -d)
+out=$(run tune --file "$tune/tune.conf" --iters 50 --bytes 1M); rc=$?
+echo "$out"
+check "tune exits 0" test $rc -eq 0
+check "tune writes alpha_us and beta_gbps" grep -qE "^alpha_us=[0-9.]+$" "$tune/tune.conf"
+check "tune file has beta" grep -qE "^beta_gbps=[0-9.]+$" "$tune/tune.conf"
+alpha=$(sed -n 's/^alpha_us=//p' "$tune/tune.conf")
+log=$(TCCL_TUNE_FILE="$tune/tune.conf" TCCL_DEBUG=INFO timeout 120 "$tccl" bench --world 3 --sizes 8 --iters 1 --warmup 0 2>&1)
+check "communicators use the tuned model (INFO names its alpha)" grep -q "alpha $(printf '%.1f' "$alpha") us" <<<"$log"
+rm -rf "$tune"
+err=$(run tune --world 1 2>&1 >/dev/null); rc=$?
+check "tune --world 1 exits 2" test $rc -eq 2
+
 echo "$pass passed, $fails failed"
 test $fails -eq 0

@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -218,6 +220,60 @@ TEST(Communicator, FromEnvironmentNeedsRankWorldAndStore) {
   setenv("TCCL_RANK", "x", 1);
   EXPECT_THROW(Communicator::fromEnv(), InvalidArgumentError);
   for (const char* v : {"TCCL_RANK", "TCCL_WORLD_SIZE", "TCCL_STORE"}) unsetenv(v);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Communicator, MeasuredLinkModelIsRankZerosOnEveryRank) {
+  auto store = std::make_shared<HashStore>();
+  std::mutex mu;
+  std::vector<LinkEstimate> seen;
+  runRanks(3, store, [&](Communicator& comm) {
+    const LinkEstimate e = comm.measureLinks(20, 1 << 16);
+    EXPECT_GT(e.alphaUs, 0);
+    EXPECT_GT(e.gbps, 0);
+    std::lock_guard<std::mutex> lk(mu);
+    seen.push_back(comm.linkModel());
+  });
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& e : seen) {
+    EXPECT_EQ(e.alphaUs, seen[0].alphaUs);
+    EXPECT_EQ(e.gbps, seen[0].gbps);
+  }
+}
+
+TEST(Communicator, EveryRankUsesRankZerosLinkModel) {
+  // Rank 1 is told a different model by its environment; Auto must still agree.
+  auto store = std::make_shared<HashStore>();
+  Communicator* c0 = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread t0([&] {
+    Communicator comm(store, 0, 2);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      c0 = &comm;
+    }
+    cv.notify_all();
+    double v = 1;
+    comm.allreduce(&v, 1, DataType::Float64, ReduceOp::Sum);
+  });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return c0 != nullptr; });
+  }
+  setenv("TCCL_ALPHA_US", "777", 1);
+  {
+    Communicator comm(store, 1, 2);
+    unsetenv("TCCL_ALPHA_US");
+    EXPECT_NEAR(comm.linkModel().alphaUs, 20.0, 1e-9);  // rank 0's (the default), not 777
+    double v = 1;
+    comm.allreduce(&v, 1, DataType::Float64, ReduceOp::Sum);
+    EXPECT_EQ(v, 2.0);
+  }
+  t0.join();
 }
 
 }  // namespace

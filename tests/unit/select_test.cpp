@@ -4,8 +4,11 @@
 #include "algorithms/select.hpp"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -209,6 +212,48 @@ TEST(CostModel, FromEnvRejectsBadValues) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace tccl::algo
+
+namespace tccl::algo {
+namespace {
+
+TEST(LinkModelFile, SaveLoadRoundTripAndErrors) {
+  char tmpl[] = "/tmp/tccl-tune-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/sub/tune.conf";
+  LinkModel m;
+  m.alphaSec = 12.5e-6;
+  m.betaSecPerByte = 1.0 / 3.25e9;
+  m.save(path);  // creates the directory
+  auto back = LinkModel::load(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_NEAR(back->alphaSec, 12.5e-6, 1e-12);
+  EXPECT_NEAR(1.0 / back->betaSecPerByte, 3.25e9, 1e5);
+  EXPECT_FALSE(LinkModel::load(std::string(tmpl) + "/missing").has_value());
+  {
+    std::ofstream f(path);
+    f << "alpha_us=abc\nbeta_gbps=1\n";
+  }
+  EXPECT_THROW(LinkModel::load(path), InvalidArgumentError);
+  {
+    std::ofstream f(path);
+    f << "alpha_us=3\n";
+  }
+  EXPECT_THROW(LinkModel::load(path), InvalidArgumentError);
+  // fromEnv reads the file named by TCCL_TUNE_FILE; the variables override it.
+  m.save(path);
+  {
+    tccl::testing::ScopedEnv f("TCCL_TUNE_FILE", path.c_str());
+    tccl::testing::ScopedEnv a("TCCL_ALPHA_US", nullptr);
+    tccl::testing::ScopedEnv b("TCCL_BETA_GBPS", "7");
+    const LinkModel e = LinkModel::fromEnv();
+    EXPECT_NEAR(e.alphaSec, 12.5e-6, 1e-12);
+    EXPECT_NEAR(1.0 / e.betaSecPerByte, 7e9, 1e3);
+  }
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+// tccl tune: measure the cost model's link parameters and save them.
+//
+//   tccl tune [--world 2] [--file PATH] [--iters 200] [--bytes 8M]
+//
+// Spawns the ranks, measures between ranks 0 and 1 (Communicator::measureLinks: an
+// 8-byte ping-pong for alpha, a large transfer for beta), and writes
+// alpha_us / beta_gbps to PATH (default: TCCL_TUNE_FILE, else
+// ~/.config/tccl/tune.conf). Communicators read that file at construction; rank 0's
+// model is shared with every rank so that Auto agrees everywhere.
+#include <cstdio>
+#include <iostream>
+
+#include "algorithms/select.hpp"
+#include "cli.hpp"
+#include "subcommands.hpp"
+
+namespace tccl::cli {
+namespace {
+
+const std::vector<std::string> kValueOptions = {"world", "file", "iters", "bytes", "timeout-ms"};
+const std::vector<std::string> kFlags = {"json"};
+
+struct TuneConfig {
+  int world = 2;
+  std::string file;
+  int iters = 200;
+  uint64_t bytes = 8 << 20;
+  int64_t timeoutMs = 60000;
+  bool json = false;
+};
+
+TuneConfig parseTune(const Args& a) {
+  TuneConfig c;
+  c.world = static_cast<int>(a.getInt("world", 2));
+  c.file = a.get("file", algo::LinkModel::tuneFilePath());
+  c.iters = static_cast<int>(a.getInt("iters", 200));
+  c.bytes = a.getSize("bytes", 8 << 20);
+  c.timeoutMs = a.getInt("timeout-ms", 60000);
+  c.json = a.flag("json");
+  if (c.world < 2)
+    throw UsageError{"--world must be at least 2 (it measures between ranks 0 and 1)"};
+  if (c.iters < 1 || c.bytes < 1) throw UsageError{"--iters and --bytes must be positive"};
+  if (c.file.empty()) throw UsageError{"no --file and no HOME or TCCL_TUNE_FILE to write to"};
+  return c;
+}
+
+}  // namespace
+
+int tuneMain(int argc, char** argv, int first) {
+  Args a(argc, argv, first, kValueOptions, kFlags);
+  TuneConfig c = parseTune(a);
+  LocalRun run = runLocalRanks(c.world, "_tune-worker", a.raw(),
+                               Deadline::after(std::chrono::milliseconds(c.timeoutMs * 2)),
+                               std::chrono::milliseconds(2000));
+  for (const auto& ch : run.children) {
+    if (!ch.ok()) {
+      std::cerr << "tccl tune: rank " << ch.index << " " << ch.describe() << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int tuneWorkerMain(int argc, char** argv, int first) {
+  Args a(argc, argv, first, kValueOptions, kFlags);
+  TuneConfig c = parseTune(a);
+  try {
+    CommOptions opts;
+    opts.timeout = std::chrono::milliseconds(c.timeoutMs);
+    Communicator comm = Communicator::fromEnv(opts);
+    const LinkEstimate before = comm.linkModel();
+    const LinkEstimate e = comm.measureLinks(c.iters, static_cast<size_t>(c.bytes));
+    if (comm.rank() != 0) return 0;
+    algo::LinkModel m;
+    m.alphaSec = e.alphaUs * 1e-6;
+    m.betaSecPerByte = 1.0 / (e.gbps * 1e9);
+    m.save(c.file);
+    if (c.json) {
+      std::printf("{\"alpha_us\": %.3f, \"beta_gbps\": %.4f, \"file\": \"%s\"}\n", e.alphaUs,
+                  e.gbps, c.file.c_str());
+    } else {
+      std::printf("tccl tune: world %d, between ranks 0 and 1 over TCP\n", comm.size());
+      std::printf("  alpha (per-message time, half an 8-byte round trip): %.2f us   (was %.2f)\n",
+                  e.alphaUs, before.alphaUs);
+      std::printf("  beta  (bandwidth of a %s transfer):                 %.3f GB/s (was %.3f)\n",
+                  formatBytes(static_cast<double>(c.bytes)).c_str(), e.gbps, before.gbps);
+      std::printf(
+          "  saved to %s (read by every communicator; TCCL_ALPHA_US / TCCL_BETA_GBPS override)\n",
+          c.file.c_str());
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "tccl tune worker: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace tccl::cli
