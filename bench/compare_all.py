@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""tccl `auto` against Open MPI (TCP) and Gloo (TCP), and against tccl's own fixed algorithms.
+
+Re-runnable: builds nothing itself (run bench/compare_mpi.sh once for the tccl Release build and
+the MPI program, and see bench/README.md for the Gloo one), runs every process under a timeout,
+alternates the contenders within each repetition, and prints markdown tables of medians.
+
+    /usr/bin/python3 bench/compare_all.py [--worlds 2,4,8] [--reps 3] [--sweep]
+
+  compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
+           (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
+           bcube (its halving-doubling-like algorithm) over 127.0.0.1.
+  --sweep: tccl `--algo all` over 8 B..16 MiB (x8) at each world; for each size the slowest of
+           `auto` against the best fixed algorithm, medians over the repetitions.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TCCL = os.environ.get("TCCL", os.path.join(ROOT, "build-bench/compare/tccl"))
+MPI_BIN = os.environ.get("MPI_BIN", os.path.join(ROOT, "build-bench/compare/mpi_allreduce"))
+GLOO_BIN = os.environ.get("GLOO_BIN", os.path.join(ROOT, "build-bench/compare/gloo_allreduce"))
+TIMEOUT = int(os.environ.get("TIMEOUT", "300"))
+
+
+def iters_for(size):
+    return (1000, 100) if size < (1 << 20) else (20, 5)
+
+
+def run(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr[-500:]}")
+    return out.stdout
+
+
+def tccl(world, size, algo):
+    it, wu = iters_for(size)
+    out = run([TCCL, "bench", "--world", str(world), "--sizes", str(size), "--algo", algo,
+               "--iters", str(it), "--warmup", str(wu), "--json"])
+    rows = json.loads(out)["results"]
+    return [(r["algo"], r["time_us"], r["busbw_gbps"], r["wrong"]) for r in rows]
+
+
+def mpi(world, size):
+    it, wu = iters_for(size)
+    out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world), "--mca", "pml", "ob1",
+               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", MPI_BIN, "--iters", str(it),
+               "--warmup", str(wu), "--csv", str(size)])
+    for line in out.splitlines():
+        f = line.split(",")
+        if f[0] == "csv":  # csv,world,size,count,time_us,algbw_gbps,busbw_gbps,wrong
+            return float(f[4]), float(f[6]), float(f[7])
+    raise RuntimeError("no result from mpi_allreduce:\n" + out)
+
+
+def gloo(world, size, algo):
+    it, wu = iters_for(size)
+    with tempfile.TemporaryDirectory() as d:
+        procs = [subprocess.Popen([GLOO_BIN, str(r), str(world), d, str(it), str(wu), algo, str(size)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+        outs = []
+        for p in procs:
+            try:
+                o, e = p.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise
+            if p.returncode != 0:
+                raise RuntimeError(f"gloo rank failed: {e[-300:]}")
+            outs.append(o)
+    for line in outs[0].splitlines():
+        f = line.split(",")
+        if f[0] == "gloo":
+            return float(f[4]), float(f[6]), float(f[7])
+    raise RuntimeError("no result from gloo_allreduce")
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def compare(worlds, reps):
+    sizes = [8, 64 << 20]
+    res = {}
+    for rep in range(reps):
+        for w in worlds:
+            for s in sizes:
+                print(f"[compare] rep {rep + 1}/{reps} world {w} size {s}", file=sys.stderr)
+                a, t, b, wrong = tccl(w, s, "auto")[0]
+                res.setdefault((w, s, "tccl auto (" + a + ")"), []).append((t, b, wrong))
+                res.setdefault((w, s, "Open MPI"), []).append(mpi(w, s))
+                for g in ("ring", "bcube"):
+                    res.setdefault((w, s, "Gloo " + g), []).append(gloo(w, s, g))
+    print("| world | size | impl | time (us) | busbw (GB/s) | #wrong |")
+    print("|---:|---:|---|---:|---:|---:|")
+    for (w, s, impl), v in sorted(res.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        print(f"| {w} | {'8 B' if s == 8 else '64 MiB'} | {impl} | {med([x[0] for x in v]):.2f} | "
+              f"{med([x[1] for x in v]):.3f} | {max(x[2] for x in v):.0f} |")
+    print()
+    print("| world | 8 B: tccl auto / MPI time | 8 B: tccl auto / best Gloo time | 64 MiB: tccl auto / MPI busbw |")
+    print("|---:|---:|---:|---:|")
+    for w in worlds:
+        def pick(s, prefix):
+            return [v for (ww, ss, impl), v in res.items() if ww == w and ss == s and impl.startswith(prefix)]
+        t_auto = med([x[0] for v in pick(8, "tccl") for x in v])
+        t_mpi = med([x[0] for v in pick(8, "Open MPI") for x in v])
+        t_gloo = min(med([x[0] for x in v]) for v in pick(8, "Gloo"))
+        b_auto = med([x[1] for v in pick(64 << 20, "tccl") for x in v])
+        b_mpi = med([x[1] for v in pick(64 << 20, "Open MPI") for x in v])
+        print(f"| {w} | {t_auto / t_mpi:.2f} | {t_auto / t_gloo:.2f} | {b_auto / b_mpi:.2f} |")
+
+
+def sweep(worlds, reps):
+    sizes = [8 * 8 ** k for k in range(8)]  # 8 B .. 16 MiB
+    print("| world | size (B) | best fixed (us) | auto ran | auto (us) | auto / best |")
+    print("|---:|---:|---|---|---:|---:|")
+    worst = 0.0
+    for w in worlds:
+        times = {}  # size -> {algo or "auto:<ran>": [us]}
+        for rep in range(reps):
+            print(f"[sweep] rep {rep + 1}/{reps} world {w}", file=sys.stderr)
+            for s in sizes:
+                rows = tccl(w, s, "all")  # the fixed algorithms, then auto (under what it ran)
+                for algo, t, _, wrong in rows[:-1]:
+                    assert wrong == 0, (w, s, algo)
+                    times.setdefault(s, {}).setdefault(algo, []).append(t)
+                times[s].setdefault("auto:" + rows[-1][0], []).append(rows[-1][1])
+        for s in sizes:
+            fixed = {a: med(v) for a, v in times[s].items() if not a.startswith("auto:")}
+            best = min(fixed, key=fixed.get)
+            auto_t = med([t for a, v in times[s].items() if a.startswith("auto:") for t in v])
+            ran = "/".join(sorted(a[5:] for a in times[s] if a.startswith("auto:")))
+            ratio = auto_t / fixed[best]
+            worst = max(worst, ratio)
+            print(f"| {w} | {s} | {best} {fixed[best]:.1f} | {ran} | {auto_t:.1f} | {ratio:.2f} |")
+    print(f"\nworst auto / best fixed: {worst:.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--sweep", action="store_true")
+    a = ap.parse_args()
+    worlds = [int(x) for x in a.worlds.split(",")]
+    if a.sweep:
+        sweep(worlds, a.reps)
+    else:
+        compare(worlds, a.reps)
+
+
+if __name__ == "__main__":
+    main()
