@@ -10,7 +10,7 @@ alternates the contenders within each repetition, and prints markdown tables of 
   compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
            bcube (its halving-doubling-like algorithm) over 127.0.0.1.
-  --sweep: tccl `--algo all` over 8 B..16 MiB (x8) at each world; for each size the slowest of
+  --sweep: tccl `--algo all` over 8 B..16 MiB (x8) and 64 MiB at each world; for each size the slowest of
            `auto` against the best fixed algorithm, medians over the repetitions.
 """
 import argparse
@@ -118,7 +118,7 @@ def compare(worlds, reps):
 
 
 def sweep(worlds, reps):
-    sizes = [8 * 8 ** k for k in range(8)]  # 8 B .. 16 MiB
+    sizes = [8 * 8 ** k for k in range(8)] + [64 << 20]  # 8 B .. 16 MiB, and 64 MiB
     print("| world | size (B) | best fixed (us) | auto ran | auto (us) | auto / best |")
     print("|---:|---:|---|---|---:|---:|")
     worst = 0.0

@@ -464,7 +464,10 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     invalid("input and output overlap without being the collective's in-place layout");
   }
 
-  // Algorithm.
+  // Algorithm. The explanation (every candidate's predicted time) is formatted only when
+  // it will be logged: on an 8-byte call it would cost more than a tenth of the call.
+  std::string* explain = log::enabled(log::Level::Info) ? &call.why : nullptr;
+  if (!explain) call.why.clear();
   auto allowed = [&](std::initializer_list<Algorithm> algos) {
     if (call.algorithm == Algorithm::Auto) return;
     for (Algorithm a : algos) {
@@ -475,7 +478,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   switch (call.kind) {
     case Kind::AllReduce:
       if (call.algorithm == Algorithm::Auto) {
-        call.algorithm = chooseAllreduceAlgorithm(block, &call.why);
+        call.algorithm = chooseAllreduceAlgorithm(block, explain);
       }
       if (std::find(algo::allreduceAlgorithms().begin(), algo::allreduceAlgorithms().end(),
                     call.algorithm) == algo::allreduceAlgorithms().end()) {
@@ -486,7 +489,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     case Kind::Broadcast:
       allowed({Algorithm::Tree, Algorithm::Ring});
       if (call.algorithm == Algorithm::Auto) {
-        call.algorithm = algo::chooseBroadcast(m.size, block, m.segmentBytes, m.model, &call.why);
+        call.algorithm = algo::chooseBroadcast(m.size, block, m.segmentBytes, m.model, explain);
       }
       break;
     case Kind::ReduceScatter:
