@@ -4,7 +4,7 @@
 set -euo pipefail
 want=(cmake ninja-build g++ make)
 if [ "${1:-build}" = test ]; then
-  want+=(libgtest-dev)
+  want+=(libgtest-dev python3)  # python3: the CLI tests check JSON and SVG output with it
 fi
 missing=()
 for p in "${want[@]}"; do
