@@ -45,6 +45,8 @@ std::optional<LinkModel> LinkModel::load(const std::string& path) {
     if (key == "alpha_us") {
       m.alphaSec = parsePositive(path + ": alpha_us", value) * 1e-6;
       alpha = true;
+    } else if (key == "hd_bandwidth_penalty") {
+      m.hdBandwidthPenalty = parsePositive(path + ": hd_bandwidth_penalty", value);
     } else if (key == "beta_gbps") {
       m.betaSecPerByte = 1.0 / (parsePositive(path + ": beta_gbps", value) * 1e9);
       beta = true;
@@ -64,8 +66,10 @@ void LinkModel::save(const std::string& path) const {
   }
   std::ofstream f(path);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\n",
-                alphaSec * 1e6, 1e-9 / betaSecPerByte);
+  std::snprintf(
+      buf, sizeof buf,
+      "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\nhd_bandwidth_penalty=%.3f\n",
+      alphaSec * 1e6, 1e-9 / betaSecPerByte, hdBandwidthPenalty);
   f << buf;
   if (!f) throwError(ErrorKind::System, "cannot write " + path);
 }
@@ -107,7 +111,7 @@ double predictTreeSec(int n, size_t bytes, const LinkModel& m) {
 
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return predict(hdSteps(n), hdMaxBytesFactor(n), bytes, m);
+  return predict(hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty, bytes, m);
 }
 
 double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m) {

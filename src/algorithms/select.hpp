@@ -25,6 +25,10 @@ namespace tccl::algo {
 struct LinkModel {
   double alphaSec = 20e-6;
   double betaSecPerByte = 1.0 / 2.0e9;
+  // Measured, not derived: halving-doubling moves the ring's bytes in fewer steps, yet
+  // at 16-64 MiB on worlds 4 and 8 the ring was 5-12 % faster (docs/PERFORMANCE.md), so
+  // hd's byte term counts this much more. In the tune file as hd_bandwidth_penalty=.
+  double hdBandwidthPenalty = 1.10;
   // The defaults, then the tune file (TCCL_TUNE_FILE, else ~/.config/tccl/tune.conf,
   // if it exists; written by `tccl tune`), then TCCL_ALPHA_US / TCCL_BETA_GBPS.
   static LinkModel fromEnv();

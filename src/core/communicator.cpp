@@ -231,16 +231,16 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   if (rank == 0) {
     uint64_t id = randomJobId();
     if (auto env = config::getEnv("TCCL_JOB_ID")) id = wire::hash64(*env);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g", static_cast<unsigned long long>(id),
-                  m.model.alphaSec, m.model.betaSecPerByte);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g", static_cast<unsigned long long>(id),
+                  m.model.alphaSec, m.model.betaSecPerByte, m.model.hdBandwidthPenalty);
     m.store->setString("jobid", buf);
     m.jobId = id;
   } else {
     m.store->wait({"jobid"}, m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
     std::istringstream is(m.store->getString("jobid"));
     unsigned long long id = 0;
-    is >> id >> m.model.alphaSec >> m.model.betaSecPerByte;
+    is >> id >> m.model.alphaSec >> m.model.betaSecPerByte >> m.model.hdBandwidthPenalty;
     if (!is) throwError(ErrorKind::Store, "malformed job record in the store", rank);
     m.jobId = id;
   }

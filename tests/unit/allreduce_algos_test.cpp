@@ -1074,7 +1074,7 @@ TEST(AllreduceCostModel, PredictionsFollowTheClosedForms) {
       EXPECT_DOUBLE_EQ(predictTreeSec(n, bytes, m),
                        treeSteps(n) * 1e-5 + treeMaxBytesFactor(n) * v * 1e-9);
       EXPECT_DOUBLE_EQ(predictHalvingDoublingSec(n, bytes, m),
-                       hdSteps(n) * 1e-5 + hdMaxBytesFactor(n) * v * 1e-9);
+                       hdSteps(n) * 1e-5 + hdMaxBytesFactor(n) * m.hdBandwidthPenalty * v * 1e-9);
       EXPECT_DOUBLE_EQ(predictRecursiveDoublingSec(n, bytes, m),
                        rdSteps(n) * 1e-5 + rdMaxBytesFactor(n) * v * 1e-9);
       for (Algorithm a : allreduceAlgorithms()) {

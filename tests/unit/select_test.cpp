@@ -53,6 +53,7 @@ TEST(CostModel, NewAlgorithmsFollowTheFormulas) {
   LinkModel m;
   m.alphaSec = 1e-5;
   m.betaSecPerByte = 1e-9;
+  m.hdBandwidthPenalty = 1.0;  // the formulas themselves
   // Hand-computed, V = 1 MB. n = 8 (p = 8, L = 3): tree 6 alpha + 2V beta, hd 6 alpha
   // + 7/4 V beta, rd 3 alpha + 3V beta.
   EXPECT_NEAR(predictTreeSec(8, 1000000, m), 60e-6 + 2e-3, 1e-12);
@@ -105,12 +106,16 @@ TEST(CostModel, SmallMessagesTakeTheFewestStepsLargeOnesTheFewestBytes) {
   for (int n = 4; n <= 64; ++n) {
     // Recursive doubling: log2 p (+1 or 2) steps.
     EXPECT_EQ(chooseAllreduce(n, 8, m, nullptr), Algorithm::RecursiveDoubling) << "n=" << n;
-    // 1 GB: hd sends the ring's bytes in 2 log2 n steps instead of 2(n-1) at powers of
-    // two; elsewhere its fold costs V more, the tree sends 2V, and the ring wins.
-    const bool pow2 = (n & (n - 1)) == 0;
-    EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, m, nullptr),
-              pow2 ? Algorithm::HalvingDoubling : Algorithm::Ring)
-        << "n=" << n;
+    // 1 GB: the ring. hd sends the ring's bytes in fewer steps at powers of two, but
+    // its measured bandwidth penalty (hdBandwidthPenalty) outweighs the steps there;
+    // elsewhere its fold costs V more and the tree sends 2V.
+    EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, m, nullptr), Algorithm::Ring) << "n=" << n;
+    if ((n & (n - 1)) == 0) {
+      LinkModel noPenalty;
+      noPenalty.hdBandwidthPenalty = 1.0;  // without it, hd would win at powers of two
+      EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, noPenalty, nullptr),
+                Algorithm::HalvingDoubling);
+    }
   }
 }
 
@@ -121,9 +126,13 @@ TEST(CostModel, CrossoverWhereTheFormulasMeet) {
   // beta = 120000 bytes.
   EXPECT_EQ(chooseAllreduce(3, 110000, m, nullptr), Algorithm::Naive);
   EXPECT_EQ(chooseAllreduce(3, 130000, m, nullptr), Algorithm::Ring);
-  // n = 4: rd (2 alpha + 2V beta) until hd (4 alpha + 1.5 V beta): V < 4 alpha / beta.
-  EXPECT_EQ(chooseAllreduce(4, 150000, m, nullptr), Algorithm::RecursiveDoubling);
-  EXPECT_EQ(chooseAllreduce(4, 170000, m, nullptr), Algorithm::HalvingDoubling);
+  // n = 4: rd (2 alpha + 2V beta) until hd (4 alpha + 1.5 x 1.1 V beta) at
+  // V = 2 / 0.35 alpha / beta = 228571 bytes; hd until the ring (6 alpha + 1.5 V beta) at
+  // V = 2 / 0.15 alpha / beta = 533333 bytes.
+  EXPECT_EQ(chooseAllreduce(4, 220000, m, nullptr), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(4, 240000, m, nullptr), Algorithm::HalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(4, 520000, m, nullptr), Algorithm::HalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(4, 550000, m, nullptr), Algorithm::Ring);
   // n = 6: rd (3 alpha + 3V) until the tree (6 alpha + 2V) at 3 alpha / beta, the tree
   // until the ring (10 alpha + 5/3 V) at 12 alpha / beta.
   EXPECT_EQ(chooseAllreduce(6, 110000, m, nullptr), Algorithm::RecursiveDoubling);
@@ -153,6 +162,7 @@ TEST(CostModel, WhyReportsEveryPrediction) {
   LinkModel m;
   m.alphaSec = 10e-6;
   m.betaSecPerByte = 1e-9;  // 1 GB/s
+  m.hdBandwidthPenalty = 1.0;
   std::string why;
   EXPECT_EQ(chooseAllreduce(4, 1000000, m, &why), Algorithm::HalvingDoubling);
   // ring 60 + 1500, tree 40 + 2000, hd 40 + 1500, rd 20 + 2000, naive 30 + 3000.
