@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "tccl/error.hpp"
 #include "tccl/half.hpp"
@@ -213,6 +214,21 @@ class Communicator {
   // Counters since construction or the last resetStats().
   CommStats stats() const;
   void resetStats();
+
+  // ---- failures (docs/errors.md) -----------------------------------------------------
+  // Aborts the communicator: every pending and later call fails with Aborted, and the
+  // peers are told (in band and through the store) so they fail fast too. Idempotent.
+  void abort(const std::string& reason = "aborted by the application");
+  // The first fatal error, if the communicator is aborted.
+  std::optional<ErrorInfo> abortCause() const;
+  bool aborted() const { return abortCause().has_value(); }
+  // After a failure: the survivors agree through the store on who is still alive and
+  // return a new communicator over them (ranks renumbered in the old order). Every
+  // survivor must call it; ranks that do not arrive within `timeout` (default: the
+  // communicator's) are left out. The agreed culprit is never waited for.
+  Communicator shrink(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // The old ranks of this communicator's members (identity unless it came from shrink).
+  const std::vector<int>& originalRanks() const;
 
   // Number of collectives issued so far (the next one's sequence number).
   int64_t sequence() const;

@@ -41,6 +41,14 @@ struct ErrorInfo {
   int64_t bytesExpected = -1;
   int64_t elapsedMs = -1;
   int64_t timeoutMs = -1;
+  // The rank every survivor agrees caused the failure (through the store; see
+  // docs/errors.md), its address, and the rank that detected it first. -1: unknown.
+  int culprit = -1;
+  std::string culpritAddress;
+  int detectedBy = -1;
+  // Mismatch: this rank's call and the culprit's ("allreduce #4 f32 x1024 sum").
+  std::string localSignature;
+  std::string remoteSignature;
 };
 
 class Error : public std::runtime_error {
@@ -50,6 +58,7 @@ class Error : public std::runtime_error {
   const ErrorInfo& info() const { return info_; }
   int rank() const { return info_.rank; }
   int peer() const { return info_.peer; }
+  int culprit() const { return info_.culprit; }
   // The cause without the context prefix.
   const std::string& cause() const { return info_.message; }
 

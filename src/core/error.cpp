@@ -53,6 +53,16 @@ std::string Error::format(const ErrorInfo& i) {
     os << " with " << i.peerAddress;
   }
   os << ": " << i.message;
+  if (i.culprit >= 0 && i.culprit != i.peer) {
+    os << "; culprit rank " << i.culprit;
+    if (!i.culpritAddress.empty()) os << " (" << i.culpritAddress << ")";
+  }
+  if (i.detectedBy >= 0 && i.detectedBy != i.rank) os << "; detected by rank " << i.detectedBy;
+  if (!i.localSignature.empty() || !i.remoteSignature.empty()) {
+    os << "; this rank called " << (i.localSignature.empty() ? "?" : i.localSignature);
+    os << ", rank " << (i.culprit >= 0 ? i.culprit : i.peer) << " called "
+       << (i.remoteSignature.empty() ? "?" : i.remoteSignature);
+  }
   if (i.bytesExpected >= 0) {
     os << "; bytes " << (i.bytesMoved < 0 ? 0 : i.bytesMoved) << "/" << i.bytesExpected;
   }
