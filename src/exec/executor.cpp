@@ -2,13 +2,16 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include "core/log.hpp"
 #include "reduce/reduce.hpp"
@@ -39,7 +42,10 @@ struct ChanState {
   bool landed = false;       // payload complete, action waits for a dependency
   bool recvBlocked = false;  // the socket said EAGAIN
   uint8_t* staging = nullptr;
+  bool parked = false;  // holds the next call's message: stop watching it this call
 };
+
+std::atomic<bool> faultFired{false};
 
 class Run {
  public:
@@ -73,6 +79,13 @@ class Run {
       ChanState& cs = chans_[index[op.peer]];
       (op.type == OpType::Send ? cs.sends : cs.recvs).push_back(static_cast<int32_t>(i));
     }
+    for (int peer : ctx_.watchPeers) {
+      if (index.count(peer)) continue;
+      ChanState cs;
+      cs.ch = &transport.channel(peer);
+      watched_.push_back(cs);
+    }
+    if (ctx_.fault) armFault();
     auto lastProgress = Deadline::Clock::now();
     const auto spin = std::chrono::microseconds(ctx_.spinMicros);
     while (remaining_ > 0) {
@@ -130,8 +143,10 @@ class Run {
       if (!depReady(op)) break;
       const size_t len = op.range.count * elem_;
       if (cs.sendDone == 0) {
+        if (faultStep_ >= 0) maybeFault(op);
         wire::MessageHeader h;
         h.kind = wire::MsgKind::Data;
+        h.flags = ctx_.p2p ? wire::kFlagP2P : 0;
         h.seq = ctx_.seq;
         h.fingerprint = ctx_.fingerprint;
         h.step = op.step;
@@ -169,9 +184,11 @@ class Run {
       cs.ch->counters.wireSent += un;
       cs.ch->counters.payloadSent += un - hdrPart;
       cs.sendDone += un;
+      cs.ch->txPartial = true;
       progress = true;
       if (cs.sendDone == wire::kHeaderSize + len) {
         cs.ch->counters.messagesSent++;
+        cs.ch->txPartial = false;
         cs.sendDone = 0;
         cs.sendHead++;
         complete(idx);
@@ -198,9 +215,7 @@ class Run {
       fail(ErrorKind::Protocol, cs, op, 0,
            "undecodable message header from the peer: " + std::string(wire::toString(st)));
     }
-    if (h.kind == wire::MsgKind::Abort) {
-      fail(ErrorKind::Aborted, cs, op, 0, "the peer aborted the communicator");
-    }
+    if (h.kind == wire::MsgKind::Abort) failAbortMessage(cs, op, h);
     if (h.seq != ctx_.seq || h.fingerprint != ctx_.fingerprint) {
       fail(ErrorKind::Mismatch, cs, op, 0,
            "the peer is running a different collective: it sent collective #" +
@@ -225,6 +240,7 @@ class Run {
       const Op& op = sched_.ops[static_cast<size_t>(idx)];
       const size_t len = op.range.count * elem_;
       if (!cs.landed) {
+        if (faultStep_ >= 0 && cs.recvDone == 0) maybeFault(op);
         uint8_t* target = op.action == RecvAction::Copy ? outPtr(op) : cs.staging;
         iovec iov[2];
         int iovcnt = 0;
@@ -275,12 +291,27 @@ class Run {
 
   void waitForSockets() {
     std::vector<pollfd> fds;
-    fds.reserve(chans_.size());
-    for (const ChanState& cs : chans_) {
+    std::vector<ChanState*> owner;  // per fds entry; null for the wake descriptor
+    fds.reserve(chans_.size() + watched_.size() + 1);
+    for (ChanState& cs : chans_) {
       short ev = 0;
       if (cs.sendBlocked) ev |= POLLOUT;
-      if (cs.recvBlocked) ev |= POLLIN;
+      if (cs.recvBlocked) {
+        ev |= POLLIN;
+      } else if (watchable(cs)) {
+        ev |= POLLIN;  // nothing more expected from it: watch for trouble
+      }
       fds.push_back({cs.ch->fd.get(), ev, 0});
+      owner.push_back(&cs);
+    }
+    for (ChanState& cs : watched_) {
+      if (!watchable(cs)) continue;
+      fds.push_back({cs.ch->fd.get(), POLLIN, 0});
+      owner.push_back(&cs);
+    }
+    if (ctx_.wakeFd >= 0) {
+      fds.push_back({ctx_.wakeFd, POLLIN, 0});
+      owner.push_back(nullptr);
     }
     for (;;) {
       int n = ::poll(fds.data(), fds.size(), ctx_.deadline.pollTimeoutMs());
@@ -289,7 +320,114 @@ class Run {
         fail(ErrorKind::System, chans_.front(), sched_.ops.front(), 0,
              "poll failed: " + net::errnoString(errno));
       if (n == 0 && ctx_.deadline.expired()) failTimeout();
+      break;
+    }
+    if (ctx_.abortFlag && ctx_.abortFlag->load()) {
+      fail(ErrorKind::Aborted, chans_.front(), currentOp(chans_.front()), 0,
+           "the communicator was aborted while this call waited");
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      ChanState* cs = owner[i];
+      if (!cs || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!cs->recvBlocked && watchable(*cs)) inspectIdle(*cs);
+    }
+  }
+
+  // A channel from which this call expects nothing (more).
+  bool watchable(const ChanState& cs) const {
+    return !cs.parked && cs.recvHead >= cs.recvs.size() && !cs.landed;
+  }
+
+  const Op& currentOp(const ChanState& cs) const {
+    if (cs.recvHead < cs.recvs.size())
+      return sched_.ops[static_cast<size_t>(cs.recvs[cs.recvHead])];
+    if (cs.sendHead < cs.sends.size())
+      return sched_.ops[static_cast<size_t>(cs.sends[cs.sendHead])];
+    return sched_.ops.back();
+  }
+
+  // Something arrived on a channel this call expects nothing from. A later call's
+  // message is left for that call; end-of-file, an abort, or a message of this or an
+  // earlier collective (the peer's schedule disagrees with ours) fails the call now
+  // instead of at the deadline.
+  void inspectIdle(ChanState& cs) {
+    uint8_t buf[wire::kHeaderSize];
+    ssize_t n = ::recv(cs.ch->fd.get(), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    const Op& op = currentOp(cs);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      fail(errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs, op, 0,
+           errno == ECONNRESET ? "connection reset by the peer"
+                               : "receive failed: " + net::errnoString(errno));
+    }
+    if (n == 0) fail(ErrorKind::PeerClosed, cs, op, 0, "connection closed by the peer");
+    if (static_cast<size_t>(n) < wire::kHeaderSize) {
+      cs.parked = true;  // a header on its way; judged when it is read
       return;
+    }
+    wire::MessageHeader h;
+    if (wire::decodeHeader(buf, &h) != wire::DecodeStatus::Ok) {
+      fail(ErrorKind::Protocol, cs, op, 0, "undecodable message header from the peer");
+    }
+    if (h.kind == wire::MsgKind::Abort) failAbortMessage(cs, op, h);
+    const int32_t ahead = static_cast<int32_t>(h.seq - ctx_.seq);
+    if ((h.flags & wire::kFlagP2P) || ctx_.p2p || ahead > 0) {
+      cs.parked = true;  // a later call's message
+      return;
+    }
+    fail(ErrorKind::Mismatch, cs, op, 0,
+         "the peer sent a message of collective #" + std::to_string(h.seq) + " (signature " +
+             std::to_string(h.fingerprint) + ", step " + std::to_string(h.step) +
+             ") that this rank's collective #" + std::to_string(ctx_.seq) + " (signature " +
+             std::to_string(ctx_.fingerprint) +
+             ") does not expect: the ranks run different collectives or algorithms");
+  }
+
+  [[noreturn]] void failAbortMessage(ChanState& cs, const Op& op, const wire::MessageHeader& h) {
+    std::string why = "rank " + std::to_string(cs.ch->peer) + " aborted the communicator";
+    if (h.fingerprint != wire::kNoCulprit)
+      why += " (culprit rank " + std::to_string(h.fingerprint) + ")";
+    abortCulprit_ = h.fingerprint == wire::kNoCulprit ? -1 : static_cast<int>(h.fingerprint);
+    fail(ErrorKind::Aborted, cs, op, 0, why);
+  }
+
+  // ---- fault injection (TCCL_FAULT) ----
+  void armFault() {
+    const FaultSpec& f = *ctx_.fault;
+    if (faultFired.load()) return;
+    if (f.phase == "start") {
+      fire();
+      return;
+    }
+    for (const algo::Phase& ph : sched_.phases) {
+      if (ph.name.compare(0, f.phase.size(), f.phase) != 0) continue;
+      if (f.step < 1 || static_cast<uint32_t>(f.step) > ph.steps) continue;
+      faultStep_ = static_cast<int64_t>(ph.firstStep) + f.step - 1;
+      return;
+    }
+  }
+
+  void maybeFault(const Op& op) {
+    if (static_cast<int64_t>(op.step) < faultStep_) return;
+    faultStep_ = -1;
+    fire();
+  }
+
+  void fire() {
+    if (faultFired.exchange(true)) return;
+    const FaultSpec& f = *ctx_.fault;
+    TCCL_WARN("TCCL_FAULT: injecting " << (f.action == FaultSpec::Action::Exit   ? "exit"
+                                           : f.action == FaultSpec::Action::Stop ? "stop"
+                                                                                 : "hang")
+                                       << " in " << ctx_.collective << " #" << ctx_.seqFull);
+    switch (f.action) {
+      case FaultSpec::Action::Exit:
+        ::_exit(43);
+      case FaultSpec::Action::Stop:
+        ::raise(SIGSTOP);
+        break;
+      case FaultSpec::Action::Hang:
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
   }
 
@@ -337,6 +475,7 @@ class Run {
         std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start_)
             .count();
     info.timeoutMs = ctx_.timeoutMs;
+    if (kind == ErrorKind::Aborted) info.culprit = abortCulprit_;
     throwError(std::move(info));
   }
 
@@ -346,10 +485,60 @@ class Run {
   std::vector<uint8_t> done_;
   size_t remaining_ = 0;
   std::vector<ChanState> chans_;
+  std::vector<ChanState> watched_;  // connected peers outside the schedule
   Deadline::Clock::time_point start_;
+  int64_t faultStep_ = -1;  // the global step at which TCCL_FAULT fires
+  int abortCulprit_ = -1;
 };
 
 }  // namespace
+
+std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* error) {
+  FaultSpec f;
+  auto bad = [&](const std::string& why) -> std::optional<FaultSpec> {
+    if (error) *error = "TCCL_FAULT='" + text + "': " + why;
+    return std::nullopt;
+  };
+  size_t at = text.find('@');
+  if (at == std::string::npos) return bad("expected <exit|stop|hang>@<phase>:<step>[#<seq>]");
+  const std::string action = text.substr(0, at);
+  if (action == "exit") {
+    f.action = Action::Exit;
+  } else if (action == "stop") {
+    f.action = Action::Stop;
+  } else if (action == "hang") {
+    f.action = Action::Hang;
+  } else {
+    return bad("unknown action '" + action + "' (exit, stop or hang)");
+  }
+  std::string rest = text.substr(at + 1);
+  size_t hash = rest.find('#');
+  if (hash != std::string::npos) {
+    try {
+      size_t used = 0;
+      f.seq = std::stoll(rest.substr(hash + 1), &used);
+      if (used != rest.size() - hash - 1 || f.seq < 0) return bad("bad sequence number");
+    } catch (...) {
+      return bad("bad sequence number");
+    }
+    rest = rest.substr(0, hash);
+  }
+  if (rest == "start") {
+    f.phase = "start";
+    return f;
+  }
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("expected <phase>:<step>");
+  f.phase = rest.substr(0, colon);
+  try {
+    size_t used = 0;
+    f.step = std::stoi(rest.substr(colon + 1), &used);
+    if (used != rest.size() - colon - 1 || f.step < 1) return bad("bad step (1-based)");
+  } catch (...) {
+    return bad("bad step (1-based)");
+  }
+  return f;
+}
 
 void Executor::run(const algo::Schedule& schedule, const ExecContext& ctx, Transport& transport) {
   if (schedule.ops.empty()) return;

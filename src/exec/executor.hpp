@@ -15,8 +15,10 @@
 // calls; nothing proportional to the world size times the vector.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,17 @@
 #include "transport/transport.hpp"
 
 namespace tccl {
+
+// A fault to inject (TCCL_FAULT, for tests and `tccl faults`): at the first op of
+// the given phase step, the process exits, stops itself, or hangs.
+struct FaultSpec {
+  enum class Action { Exit, Stop, Hang } action = Action::Exit;
+  std::string phase;  // a prefix of the phase name; "start": on entering the call
+  int step = 1;       // 1-based within the phase
+  int64_t seq = -1;   // the collective it applies to; -1: the first with that phase
+  // Parses "exit@reduce-scatter:3#2"; nullopt (and *error set) when malformed.
+  static std::optional<FaultSpec> parse(const std::string& s, std::string* error);
+};
 
 struct ExecContext {
   const uint8_t* input = nullptr;
@@ -47,6 +60,17 @@ struct ExecContext {
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = -1;
   int spinMicros = 0;
+  // Point-to-point messages are flagged so that a channel watcher never mistakes
+  // them for a collective's.
+  bool p2p = false;
+  // Another thread aborted the communicator: it sets *abortFlag and makes wakeFd
+  // readable, which interrupts the wait.
+  int wakeFd = -1;
+  const std::atomic<bool>* abortFlag = nullptr;
+  // Peers connected but outside this schedule: watched for end-of-file, abort
+  // messages and messages of this very collective (a schedule disagreement).
+  std::vector<int> watchPeers;
+  const FaultSpec* fault = nullptr;  // non-null only when it may fire in this call
 };
 
 class Executor {
