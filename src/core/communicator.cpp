@@ -1,7 +1,11 @@
 #include "tccl/communicator.hpp"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <algorithm>
 
 #include <condition_variable>
 #include <cstring>
@@ -17,9 +21,12 @@
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
 #include "core/config.hpp"
+#include "core/launch_env.hpp"
+#include "core/failure.hpp"
 #include "core/log.hpp"
 #include "exec/executor.hpp"
 #include "reduce/reduce.hpp"
+#include "transport/iface.hpp"
 #include "transport/socket.hpp"
 #include "transport/transport.hpp"
 #include "transport/wire.hpp"
@@ -109,6 +116,27 @@ struct PreparedCall {
   int64_t seq = -1;  // collectives: the communicator's sequence; p2p: per peer and direction
 };
 
+// What a rank is running now, for its heartbeat record (formatted by that thread).
+struct Running {
+  Kind kind = Kind::AllReduce;
+  size_t count = 0;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = -1;
+  Algorithm algorithm = Algorithm::Ring;
+  uint32_t fingerprint = 0;
+};
+
+std::string describe(int64_t seq, const Running& r) {
+  std::ostringstream os;
+  os << kindName(r.kind) << " #" << seq << " " << toString(r.dtype) << " x" << r.count;
+  if (r.kind == Kind::AllReduce || r.kind == Kind::ReduceScatter || r.kind == Kind::Reduce)
+    os << " " << toString(r.op);
+  if (r.root >= 0) os << " root " << r.root;
+  os << " " << toString(r.algorithm);
+  return os.str();
+}
+
 struct Communicator::Impl {
   std::shared_ptr<Store> userStore;
   std::shared_ptr<Store> store;  // namespaced
@@ -147,6 +175,23 @@ struct Communicator::Impl {
   std::thread progress;
   std::mutex execMu;
 
+  // ---- failure handling (docs/errors.md) ----
+  // Set with abortCause; read by the executor, which also polls wakeFd (an eventfd
+  // made readable on abort) so that an abort from another thread ends its wait.
+  std::atomic<bool> abortFlag{false};
+  int wakeFd = -1;
+  std::optional<FaultSpec> fault;  // TCCL_FAULT
+  std::chrono::milliseconds hbPeriod{0};  // 0: no heartbeats
+  std::thread heartbeat;
+  std::mutex hbMu;  // guards hbStop, running, enteredSeq, completedSeq (leaf lock)
+  std::condition_variable hbCv;
+  bool hbStop = false;
+  Running running;
+  int64_t enteredSeq = -1;
+  int64_t completedSeq = -1;
+  int shrinks = 0;
+  std::vector<int> originalRanks;
+
   ~Impl() {
     {
       std::lock_guard<std::mutex> lk(issueMu);
@@ -154,8 +199,79 @@ struct Communicator::Impl {
     }
     queueCv.notify_all();
     if (progress.joinable()) progress.join();  // drains the queue first
+    stopHeartbeat();
     leaveStore();
+    if (wakeFd >= 0) ::close(wakeFd);
   }
+
+  void stopHeartbeat() {
+    {
+      std::lock_guard<std::mutex> lk(hbMu);
+      hbStop = true;
+    }
+    hbCv.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+
+  void wake() {
+    abortFlag.store(true);
+    if (wakeFd >= 0) {
+      uint64_t one = 1;
+      ssize_t n = ::write(wakeFd, &one, sizeof one);
+      (void)n;
+    }
+  }
+
+  // Records the first fatal error; returns the one that stands.
+  ErrorInfo setAbortCause(const ErrorInfo& info) {
+    std::lock_guard<std::mutex> lk(abortMu);
+    if (!abortCause) abortCause = info;
+    return *abortCause;
+  }
+
+  std::optional<ErrorInfo> currentAbortCause() const {
+    std::lock_guard<std::mutex> lk(abortMu);
+    return abortCause;
+  }
+
+  std::string key(const char* prefix, int64_t a) const { return prefix + std::to_string(a); }
+
+  failure::Heartbeat ownHeartbeat(int64_t beat) {
+    failure::Heartbeat h;
+    h.beat = beat;
+    std::lock_guard<std::mutex> lk(hbMu);
+    h.entered = enteredSeq;
+    h.completed = completedSeq;
+    if (enteredSeq >= 0) {
+      h.fingerprint = running.fingerprint;
+      h.signature = describe(enteredSeq, running);
+    }
+    return h;
+  }
+
+  // Every other rank's heartbeat record now (absent: none published).
+  std::map<int, failure::Heartbeat> readHeartbeats() {
+    std::map<int, failure::Heartbeat> out;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      try {
+        const std::string k = key("hb/", r);
+        if (!store->check({k})) continue;
+        if (auto h = failure::decodeHeartbeat(store->getString(k))) out[r] = *h;
+      } catch (const std::exception&) {
+      }
+    }
+    return out;
+  }
+
+  void heartbeatLoop();
+  bool claim();
+  void publishCause(const ErrorInfo& cause);
+  std::optional<ErrorInfo> awaitCause(std::chrono::milliseconds bound);
+  std::map<int, std::pair<uint32_t, std::string>> awaitSignatures(int64_t callSeq,
+                                                                  std::chrono::milliseconds bound);
+  [[noreturn]] void failCall(const Error& e, const PreparedCall& call, const Running& what);
+  ErrorInfo decideCause(const ErrorInfo& local, const PreparedCall& call, const Running& what);
 
   // Every rank counts itself out of the store; the rank that hosts the store server
   // (fromEnv with MASTER_ADDR) waits, for a bounded time, until every rank has, so that
@@ -165,8 +281,12 @@ struct Communicator::Impl {
     try {
       int64_t left = store->add("exited", 1);
       if (!ownedServer) return;
-      const auto until = Deadline::Clock::now() + std::chrono::seconds(30);
-      while (left < size && Deadline::Clock::now() < until) {
+      // After a failure the culprit may never count itself out: wait less, and for
+      // one rank fewer.
+      const bool failed = currentAbortCause().has_value();
+      const auto until =
+          Deadline::Clock::now() + (failed ? std::chrono::seconds(5) : std::chrono::seconds(30));
+      while (left < size - (failed ? 1 : 0) && Deadline::Clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         left = store->add("exited", 0);
       }
@@ -251,13 +371,38 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   tc.jobId = m.jobId;
   tc.commId = wire::hash64(options.name);
   tc.socketBufferBytes = config::socketBufferBytes();
-  if (!options.listenAddress.empty()) {
-    tc.listenAddress = options.listenAddress;
-  } else if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) {
-    tc.listenAddress = tcp->localAddress();
+  {
+    // Where to listen and publish: CommOptions::listenAddress, else TCCL_SOCKET_IFNAME /
+    // TCCL_SOCKET_FAMILY, else this host's end of the route to the store; loopback is
+    // refused when the job may span hosts (src/transport/iface.hpp, docs/network.md).
+    std::string route;
+    if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) route = tcp->localAddress();
+    tc.listenAddress = net::decideListenAddress(
+        options.listenAddress, route, *m.store, rank, size,
+        m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
   m.joined = true;
+  m.originalRanks.resize(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) m.originalRanks[static_cast<size_t>(r)] = r;
+  m.wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (auto spec = config::getEnv("TCCL_FAULT")) {
+    std::string err;
+    m.fault = FaultSpec::parse(*spec, &err);
+    if (!m.fault) throwError(ErrorKind::InvalidArgument, err, rank);
+  }
+  // Heartbeats: a period a tenth of the timeout, within [50 ms, 1 s]; published once
+  // before the constructor returns, so that "no record" means "not running".
+  {
+    int64_t period = std::clamp<int64_t>(m.timeout.count() / 10, 50, 1000);
+    if (m.timeout.count() <= 0) period = 1000;
+    if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
+    m.hbPeriod = std::chrono::milliseconds(size > 1 ? period : 0);
+    if (m.hbPeriod.count() > 0) {
+      m.store->setString(m.key("hb/", rank), failure::encodeHeartbeat(m.ownHeartbeat(0)));
+      m.heartbeat = std::thread([&m] { m.heartbeatLoop(); });
+    }
+  }
   if (options.measureLinks || config::getEnv("TCCL_TUNE").value_or("") == "startup") measureLinks();
   TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job "
                              << std::hex << m.jobId << std::dec << " segment " << m.segmentBytes
@@ -265,40 +410,18 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
 }
 
 Communicator Communicator::fromEnv(CommOptions options) {
-  auto intVar = [](const char* primary, const char* fallback) -> std::optional<int64_t> {
-    if (auto v = config::getEnvInt(primary, 0, 1 << 30)) return v;
-    return config::getEnvInt(fallback, 0, 1 << 30);
-  };
-  auto rank = intVar("TCCL_RANK", "RANK");
-  auto size = intVar("TCCL_WORLD_SIZE", "WORLD_SIZE");
-  if (!rank || !size) {
-    throwError(ErrorKind::InvalidArgument,
-               "Communicator::fromEnv: set TCCL_RANK and TCCL_WORLD_SIZE (or RANK and WORLD_SIZE)");
-  }
-  std::unique_ptr<TcpStoreServer> server;
-  std::shared_ptr<Store> store;
+  // Rank, world size and store from whichever launcher started us (tccl launch, torchrun,
+  // mpirun, srun); the precedence is in src/core/launch_env.hpp and docs/launch.md.
+  const launch::LaunchEnv env = launch::resolveLaunchEnv();
+  TCCL_INFO("fromEnv: " << env.describe());
   auto timeout = config::timeoutMs();
   std::chrono::milliseconds connectTimeout = timeout && *timeout > 0
                                                  ? std::chrono::milliseconds(*timeout)
                                                  : std::chrono::milliseconds(60000);
-  if (auto addr = config::getEnv("TCCL_STORE")) {
-    auto [host, port] = net::splitHostPort(*addr);
-    store = std::make_shared<TcpStore>(host, port, connectTimeout);
-  } else {
-    auto host = config::getEnv("MASTER_ADDR");
-    auto port = config::getEnvInt("MASTER_PORT", 1, 65535);
-    if (!host || !port) {
-      throwError(ErrorKind::InvalidArgument,
-                 "Communicator::fromEnv: set TCCL_STORE=host:port (or MASTER_ADDR and MASTER_PORT)",
-                 static_cast<int>(*rank));
-    }
-    bool agentStore = config::getEnv("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
-    if (*rank == 0 && !agentStore) {
-      server = std::make_unique<TcpStoreServer>(*host, static_cast<uint16_t>(*port));
-    }
-    store = std::make_shared<TcpStore>(*host, static_cast<uint16_t>(*port), connectTimeout);
-  }
-  Communicator comm(store, static_cast<int>(*rank), static_cast<int>(*size), std::move(options));
+  std::unique_ptr<TcpStoreServer> server;
+  if (env.hostsStore) server = std::make_unique<TcpStoreServer>(env.storeHost, env.storePort);
+  auto store = std::make_shared<TcpStore>(env.storeHost, env.storePort, connectTimeout);
+  Communicator comm(store, env.rank, env.worldSize, std::move(options));
   comm.impl_->ownedServer = std::move(server);
   return comm;
 }
@@ -667,6 +790,293 @@ WorkPtr Communicator::recvAsync(void* buf, size_t count, DataType dtype, int pee
                true);
 }
 
+// ---- failures: heartbeats, the agreed cause, abort, shrink (docs/errors.md) ----------
+
+void Communicator::Impl::heartbeatLoop() {
+  int64_t beat = 0;
+  int64_t stuckSeq = -1;  // the collective this rank has been inside for a while
+  int stuckBeats = 0;
+  int64_t checkedSeq = -1;  // last collective checked for a signature disagreement
+  std::unique_lock<std::mutex> lk(hbMu);
+  while (!hbCv.wait_for(lk, hbPeriod, [&] { return hbStop; })) {
+    const int64_t entered = enteredSeq;
+    const bool inside = enteredSeq > completedSeq;
+    lk.unlock();
+    try {
+      store->setString(key("hb/", rank), failure::encodeHeartbeat(ownHeartbeat(++beat)));
+      if (!abortFlag.load() && store->check({"abort/cause"})) {
+        // Another rank decided: this rank fails too, at its next wait or call.
+        if (auto cause = failure::decodeCause(store->getString("abort/cause"))) {
+          setAbortCause(*cause);
+          wake();
+        }
+      }
+      // A long wait inside a collective: compare what the ranks inside it run. Ranks
+      // that chose different algorithms (a count mismatch under Auto, say) may never
+      // exchange a message that would show it.
+      stuckBeats = inside && entered == stuckSeq ? stuckBeats + 1 : 0;
+      stuckSeq = inside ? entered : -1;
+      if (stuckBeats >= 3 && checkedSeq != entered && !abortFlag.load()) {
+        checkedSeq = entered;
+        const failure::Heartbeat self = ownHeartbeat(beat);
+        std::map<int, uint32_t> fps{{rank, self.fingerprint}};
+        auto others = readHeartbeats();
+        for (const auto& [r, h] : others) {
+          if (h.entered == entered) fps[r] = h.fingerprint;
+        }
+        int outlier = failure::majorityOutlier(fps);
+        if (outlier >= 0 && claim()) {
+          ErrorInfo c;
+          c.kind = ErrorKind::Mismatch;
+          c.rank = rank;
+          c.detectedBy = rank;
+          c.culprit = outlier;
+          c.culpritAddress = transport->publishedAddress(outlier);
+          c.seq = entered;
+          c.localSignature = self.signature;
+          c.remoteSignature = outlier == rank ? self.signature : others[outlier].signature;
+          c.message = "rank " + std::to_string(outlier) + " runs a different collective #" +
+                      std::to_string(entered) + " than the other ranks (" + c.remoteSignature +
+                      "), found by comparing heartbeats";
+          publishCause(c);
+          setAbortCause(c);
+          wake();
+        }
+      }
+    } catch (const std::exception&) {
+      // The store is unreachable: nothing to publish to; the sockets still tell.
+    }
+    lk.lock();
+  }
+}
+
+bool Communicator::Impl::claim() {
+  try {
+    return store->add("abort/claim", 1) == 1;
+  } catch (const std::exception&) {
+    return true;  // no store to agree through: decide alone
+  }
+}
+
+void Communicator::Impl::publishCause(const ErrorInfo& cause) {
+  try {
+    store->setString("abort/cause", failure::encodeCause(cause));
+  } catch (const std::exception&) {
+  }
+}
+
+std::optional<ErrorInfo> Communicator::Impl::awaitCause(std::chrono::milliseconds bound) {
+  try {
+    store->wait({"abort/cause"}, bound);
+    return failure::decodeCause(store->getString("abort/cause"));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::map<int, std::pair<uint32_t, std::string>> Communicator::Impl::awaitSignatures(
+    int64_t callSeq, std::chrono::milliseconds bound) {
+  std::map<int, std::pair<uint32_t, std::string>> sigs;
+  const auto until = Deadline::Clock::now() + bound;
+  for (;;) {
+    for (int r = 0; r < size; ++r) {
+      if (sigs.count(r)) continue;
+      try {
+        const std::string k = "sig/" + std::to_string(callSeq) + "/" + std::to_string(r);
+        if (!store->check({k})) continue;
+        std::string v = store->getString(k);
+        size_t sp = v.find(' ');
+        sigs[r] = {static_cast<uint32_t>(std::stoul(v.substr(0, sp))),
+                   sp == std::string::npos ? "" : v.substr(sp + 1)};
+      } catch (const std::exception&) {
+      }
+    }
+    if (static_cast<int>(sigs.size()) == size || Deadline::Clock::now() >= until) return sigs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// The rank that claims first decides the cause and publishes it; the others wait
+// for it. Every rank so reports the same culprit.
+ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const PreparedCall& call,
+                                          const Running& what) {
+  const std::string mine = describe(call.seq, what);
+  try {
+    store->setString("sig/" + std::to_string(call.seq) + "/" + std::to_string(rank),
+                     std::to_string(what.fingerprint) + " " + mine);
+  } catch (const std::exception&) {
+  }
+  const auto period = std::max(hbPeriod, std::chrono::milliseconds(50));
+  const auto sigWait = std::clamp(timeout / 4, std::chrono::milliseconds(100),
+                                  std::chrono::milliseconds(1000));
+  if (!claim()) {
+    if (auto cause = awaitCause(3 * period + sigWait + std::chrono::milliseconds(3000)))
+      return *cause;
+  }
+  ErrorInfo c = local;
+  c.rank = rank;
+  c.detectedBy = rank;
+  c.localSignature.clear();
+  switch (local.kind) {
+    case ErrorKind::Timeout: {
+      if (hbPeriod.count() == 0) {
+        c.culprit = local.peer;
+        break;
+      }
+      auto first = readHeartbeats();
+      std::this_thread::sleep_for(2 * period + std::chrono::milliseconds(20));
+      auto second = readHeartbeats();
+      auto v = failure::judgeTimeout(rank, size, call.seq, what.fingerprint, first, second,
+                                     local.peer);
+      c.kind = v.kind;
+      c.culprit = v.culprit;
+      c.message = v.reason + "; this rank waited on rank " + std::to_string(local.peer) + ": " +
+                  local.message;
+      if (v.kind == ErrorKind::Mismatch) {
+        c.localSignature = mine;
+        if (second.count(v.culprit)) c.remoteSignature = second[v.culprit].signature;
+      }
+      break;
+    }
+    case ErrorKind::Mismatch: {
+      auto sigs = awaitSignatures(call.seq, sigWait);
+      std::map<int, uint32_t> fps;
+      for (const auto& [r, sig] : sigs) fps[r] = sig.first;
+      int outlier = failure::majorityOutlier(fps);
+      c.culprit = outlier >= 0 ? outlier : local.peer;
+      c.localSignature = mine;
+      if (sigs.count(c.culprit)) c.remoteSignature = sigs[c.culprit].second;
+      c.message = "rank " + std::to_string(c.culprit) +
+                  " called a different collective than the others (" +
+                  (c.remoteSignature.empty() ? "?" : c.remoteSignature) + "); first seen by rank " +
+                  std::to_string(rank) + ": " + local.message;
+      break;
+    }
+    case ErrorKind::Aborted:
+      // An abort message reached us before any cause was in the store.
+      c.culprit = local.culprit >= 0 ? local.culprit : local.peer;
+      break;
+    default:
+      c.culprit = local.peer;
+      if (local.kind == ErrorKind::PeerClosed && local.peer >= 0)
+        c.message = "rank " + std::to_string(local.peer) +
+                    " closed its connections (the process exited or was killed): " + local.message;
+      break;
+  }
+  if (c.culprit >= 0 && c.culprit != rank) c.culpritAddress = transport->publishedAddress(c.culprit);
+  publishCause(c);
+  return c;
+}
+
+// A collective failed with `e`: tell the peers, agree on the cause, and throw it as
+// seen from this rank.
+void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, const Running& what) {
+  const ErrorInfo& local = e.info();
+  std::optional<ErrorInfo> known = currentAbortCause();
+  abortFlag.store(true);
+  wire::MessageHeader ah;
+  ah.kind = wire::MsgKind::Abort;
+  ah.seq = static_cast<uint32_t>(call.seq);
+  int hint = known ? known->culprit
+                   : (local.kind == ErrorKind::PeerClosed || local.kind == ErrorKind::Protocol
+                          ? local.peer
+                          : local.culprit);
+  ah.fingerprint = hint >= 0 ? static_cast<uint32_t>(hint) : wire::kNoCulprit;
+  ah.step = static_cast<uint32_t>(known ? known->kind : local.kind);
+  transport->abortAll(ah);
+  const ErrorInfo cause = known ? *known : decideCause(local, call, what);
+  ErrorInfo out = local;  // where this rank was: collective, phase, step, peer, bytes, time
+  out.rank = rank;
+  out.kind = cause.kind;
+  out.message = cause.message;
+  out.culprit = cause.culprit;
+  out.culpritAddress = cause.culpritAddress;
+  out.detectedBy = cause.detectedBy;
+  out.remoteSignature = cause.remoteSignature;
+  out.localSignature = cause.kind == ErrorKind::Mismatch ? describe(call.seq, what) : "";
+  if (out.collective.empty()) {
+    out.collective = kindName(call.kind);
+    out.seq = call.seq;
+  }
+  setAbortCause(out);
+  throwError(std::move(out));
+}
+
+void Communicator::abort(const std::string& reason) {
+  Impl& m = *impl_;
+  if (m.currentAbortCause()) return;
+  ErrorInfo c;
+  c.kind = ErrorKind::Aborted;
+  c.rank = m.rank;
+  c.culprit = m.rank;
+  c.detectedBy = m.rank;
+  c.culpritAddress = m.transport->listenAddress();
+  c.message = "rank " + std::to_string(m.rank) + " aborted the communicator: " + reason;
+  if (m.claim()) m.publishCause(c);
+  m.setAbortCause(c);
+  m.wake();
+  // Not inside a collective: end the connections now (else the executing thread
+  // does, when the wake interrupts it).
+  std::unique_lock<std::mutex> lk(m.execMu, std::try_to_lock);
+  if (lk) {
+    wire::MessageHeader ah;
+    ah.kind = wire::MsgKind::Abort;
+    ah.fingerprint = static_cast<uint32_t>(m.rank);
+    ah.step = static_cast<uint32_t>(ErrorKind::Aborted);
+    m.transport->abortAll(ah);
+  }
+}
+
+std::optional<ErrorInfo> Communicator::abortCause() const { return impl_->currentAbortCause(); }
+
+const std::vector<int>& Communicator::originalRanks() const { return impl_->originalRanks; }
+
+Communicator Communicator::shrink(std::optional<std::chrono::milliseconds> timeout) {
+  Impl& m = *impl_;
+  const auto wait = timeout.value_or(m.timeout.count() > 0 ? m.timeout : std::chrono::seconds(60));
+  const std::string prefix = "shrink/" + std::to_string(m.shrinks++) + "/";
+  std::optional<ErrorInfo> cause = m.currentAbortCause();
+  const int dead = cause && cause->culprit >= 0 && cause->culprit != m.rank ? cause->culprit : -1;
+  const int expected = m.size - (dead >= 0 ? 1 : 0);
+  m.store->setString(prefix + "alive/" + std::to_string(m.rank), "1");
+  const int64_t arrival = m.store->add(prefix + "count", 1);
+  if (arrival == 1) {
+    // The first to arrive closes the membership: everyone expected, or whoever came
+    // before the deadline.
+    const auto until = Deadline::Clock::now() + wait;
+    while (m.store->add(prefix + "count", 0) < expected && Deadline::Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::string members;
+    for (int r = 0; r < m.size; ++r) {
+      if (m.store->check({prefix + "alive/" + std::to_string(r)}))
+        members += (members.empty() ? "" : " ") + std::to_string(r);
+    }
+    m.store->setString(prefix + "members", members);
+  }
+  m.store->wait({prefix + "members"}, wait + std::chrono::seconds(5));
+  std::vector<int> members;
+  {
+    std::istringstream is(m.store->getString(prefix + "members"));
+    for (int r; is >> r;) members.push_back(r);
+  }
+  auto me = std::find(members.begin(), members.end(), m.rank);
+  if (me == members.end()) {
+    throwError(ErrorKind::Timeout,
+               "shrink: this rank arrived after the survivors had agreed on the members", m.rank);
+  }
+  CommOptions o = m.options;
+  o.name = m.options.name + ".shrink" + std::to_string(m.shrinks - 1);
+  const int newRank = static_cast<int>(me - members.begin());
+  TCCL_INFO("shrink: " << members.size() << " of " << m.size << " ranks remain; rank " << m.rank
+                       << " becomes " << newRank);
+  Communicator next(m.userStore, newRank, static_cast<int>(members.size()), o);
+  for (size_t i = 0; i < members.size(); ++i)
+    next.impl_->originalRanks[i] = m.originalRanks[static_cast<size_t>(members[i])];
+  // A store server this rank hosts must outlive the new communicator too.
+  next.impl_->ownedServer = std::move(m.ownedServer);
+  return next;
+}
+
 // ---- execution -------------------------------------------------------------------------
 
 void Communicator::Impl::progressLoop() {
@@ -813,6 +1223,25 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   ctx.deadline = deadline;
   ctx.timeoutMs = timeoutMs;
   ctx.spinMicros = spinMicros;
+  ctx.p2p = isP2P(call.kind);
+  ctx.wakeFd = wakeFd;
+  ctx.abortFlag = &abortFlag;
+  ctx.watchPeers = transport->connectedPeers();
+  if (fault && !ctx.p2p && (fault->seq < 0 || fault->seq == call.seq)) ctx.fault = &*fault;
+
+  Running what;
+  what.kind = call.kind;
+  what.count = c;
+  what.dtype = call.dtype;
+  what.op = call.op;
+  what.root = call.root;
+  what.algorithm = call.algorithm;
+  what.fingerprint = ctx.fingerprint;
+  if (!ctx.p2p) {
+    std::lock_guard<std::mutex> lk(hbMu);
+    running = what;
+    enteredSeq = call.seq;
+  }
 
   const CommStats before = transport->stats();
   try {
@@ -831,14 +1260,12 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
       executor.run(schedule, ctx, *transport);
     }
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::InvalidArgument) {
-      {
-        std::lock_guard<std::mutex> lk(abortMu);
-        if (!abortCause) abortCause = e.info();
-      }
-      transport->closeAll();
-    }
-    throw;
+    if (e.kind() == ErrorKind::InvalidArgument) throw;
+    failCall(e, call, what);
+  }
+  if (!ctx.p2p) {
+    std::lock_guard<std::mutex> lk(hbMu);
+    completedSeq = call.seq;
   }
   const CommStats after = transport->stats();
   for (const auto& [peer, cnt] : after.perPeer) {

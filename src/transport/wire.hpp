@@ -5,20 +5,28 @@
 //
 //   offset size field
 //   0      2    magic        0x54 0x43 ("TC")
-//   2      1    kind         1 = data, 2 = abort (payload: UTF-8 reason)
-//   3      1    flags        0 (reserved)
+//   2      1    kind         1 = data, 2 = abort (no payload; see below)
+//   3      1    flags        bit 0: point-to-point message (seq is per peer)
 //   4      4    seq          collective sequence number on the communicator (mod 2^32)
 //   8      4    fingerprint  hash of the collective's signature (see fingerprint())
 //   12     4    step         the schedule step this message belongs to
 //   16     8    length       payload bytes that follow
 //
-// Every connection starts with a 40-byte handshake in each direction (Hello):
+// Every connection starts with a handshake of 112-byte messages (Hello):
 //
-//   0  4 magic "TCCL"      4  2 version (1)     6  2 kind (1 hello, 2 accept, 3 reject)
+//   0  4 magic "TCCL"      4  2 version (2)     6  2 kind (1 hello, 2 accept, 3 reject,
+//                                                          4 challenge, 5 proof)
 //   8  8 job id            16 8 communicator id (hash of the communicator's name)
 //   24 4 rank (sender)     28 4 world size      32 4 target rank    36 4 reason (reject)
+//   40 4 flags (bit 0: the sender has an auth key)                  44 4 reserved (0)
+//   48 32 nonce (hello: the dialler's; challenge: the acceptor's)
+//   80 32 mac (challenge: the acceptor's HMAC; proof: the dialler's; see auth/auth.hpp)
+//
+// The first 40 bytes have the layout of version 1's whole message, so a version-1 peer
+// reads a version-2 Reject(BadVersion) correctly. docs/protocol.md has the sequence.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,6 +40,13 @@ constexpr uint16_t kHeaderMagic = 0x4354;  // "TC" little-endian
 constexpr uint64_t kMaxPayload = uint64_t{1} << 40;
 
 enum class MsgKind : uint8_t { Data = 1, Abort = 2 };
+constexpr uint8_t kFlagP2P = 1;
+
+// An Abort message has no payload; its fields carry the cause as far as the sender
+// knows it (the full record is in the store, see docs/errors.md):
+//   seq: the sender's collective sequence number, fingerprint: the culprit rank
+//   (kNoCulprit: not known yet), step: the ErrorKind of the cause.
+constexpr uint32_t kNoCulprit = 0xFFFFFFFFu;
 
 struct MessageHeader {
   MsgKind kind = MsgKind::Data;
@@ -50,11 +65,20 @@ void encodeHeader(const MessageHeader& h, uint8_t out[kHeaderSize]);
 DecodeStatus decodeHeader(const uint8_t in[kHeaderSize], MessageHeader* out);
 
 // ---- handshake ----
-constexpr size_t kHelloSize = 40;
+constexpr size_t kHelloSize = 112;
+constexpr size_t kHelloSizeV1 = 40;  // version 1's whole message (no auth fields)
+// magic + version + kind: enough to tell a stranger, a version and how much follows.
+constexpr size_t kHelloPrefixSize = 8;
 constexpr uint32_t kHelloMagic = 0x4C434354;  // "TCCL" little-endian
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;
+constexpr size_t kNonceSize = 32;
+constexpr size_t kMacSize = 32;
+constexpr uint32_t kHelloFlagAuth = 1;  // the sender has an auth key
 
-enum class HelloKind : uint16_t { Hello = 1, Accept = 2, Reject = 3 };
+// Hello: dialler's opening. Accept / Reject: the acceptor's verdict (or, for a Reject,
+// the dialler's refusal of a Challenge). Challenge: the acceptor proves itself and asks
+// the dialler to. Proof: the dialler's answer.
+enum class HelloKind : uint16_t { Hello = 1, Accept = 2, Reject = 3, Challenge = 4, Proof = 5 };
 enum class RejectReason : uint32_t {
   None = 0,
   BadMagic = 1,
@@ -65,6 +89,10 @@ enum class RejectReason : uint32_t {
   BadRank = 6,
   WrongTarget = 7,
   Duplicate = 8,
+  AuthRequired = 9,      // the rejecting side has a key; the other has none
+  AuthUnsupported = 10,  // the other side has a key; the rejecting side has none
+  AuthFailed = 11,       // a MAC did not verify: the keys differ
+  Unexpected = 12,       // a handshake message out of order
 };
 std::string_view toString(RejectReason r);
 
@@ -77,6 +105,10 @@ struct Hello {
   int32_t worldSize = 0;
   int32_t targetRank = -1;
   RejectReason reason = RejectReason::None;
+  uint32_t flags = 0;
+  uint32_t reserved = 0;
+  std::array<uint8_t, kNonceSize> nonce{};
+  std::array<uint8_t, kMacSize> mac{};
   bool operator==(const Hello&) const = default;
 };
 
@@ -85,8 +117,15 @@ void encodeHello(const Hello& h, uint8_t out[kHelloSize]);
 // BadKind for an unknown kind. Version is reported, not checked.
 DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out);
 
+// Judges the first n bytes of a handshake message as they arrive, so that a stranger is
+// turned away at its first wrong byte. Returns false if the bytes cannot start a tccl
+// handshake message (wrong magic); with n >= kHelloPrefixSize sets *version (when
+// non-null) to the version field, which tells how long the message is (kHelloSize for
+// kProtocolVersion, kHelloSizeV1 for 1, unknown for others).
+bool plausibleHelloPrefix(const uint8_t* in, size_t n, uint16_t* version = nullptr);
+
 // What a receiver expects of a hello from a would-be peer. Returns None if it is
-// acceptable, else the reason to reject it.
+// acceptable, else the reason to reject it. (Authentication is judged separately.)
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize);
 
 // 64-bit FNV-1a over the signature fields, folded to 32 bits (high ^ low); any difference in

@@ -1,0 +1,173 @@
+// The pure parts of failure handling: the records ranks exchange through the store,
+// the culprit rules, and the TCCL_FAULT parser.
+#include "core/failure.hpp"
+
+#include <gtest/gtest.h>
+
+#include "exec/executor.hpp"
+
+namespace tccl::failure {
+namespace {
+
+Heartbeat hb(int64_t beat, int64_t entered, uint32_t fp = 7, std::string sig = "allreduce") {
+  Heartbeat h;
+  h.beat = beat;
+  h.entered = entered;
+  h.completed = entered - 1;
+  h.fingerprint = fp;
+  h.signature = std::move(sig);
+  return h;
+}
+
+TEST(Failure, HeartbeatRoundTrips) {
+  Heartbeat h = hb(42, 9, 0xDEADBEEF, "allreduce #9 float32 x1024 sum ring");
+  auto d = decodeHeartbeat(encodeHeartbeat(h));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, h);
+  h.signature = "with\nnewline and \\ backslash";
+  d = decodeHeartbeat(encodeHeartbeat(h));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, h);
+  Heartbeat empty;
+  d = decodeHeartbeat(encodeHeartbeat(empty));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, empty);
+}
+
+TEST(Failure, HeartbeatRejectsGarbage) {
+  for (const char* s :
+       {"", "x", "1 2 3", "1 2 3 x sig", "1 a 3 4 s", "99999999999999999999 1 2 3 s"})
+    EXPECT_FALSE(decodeHeartbeat(s)) << s;
+}
+
+TEST(Failure, CauseRoundTripsEveryField) {
+  ErrorInfo i;
+  i.kind = ErrorKind::Mismatch;
+  i.message = "rank 2 called x=1\nsecond line";
+  i.rank = 1;
+  i.peer = 2;
+  i.peerAddress = "127.0.0.1:4000";
+  i.collective = "allreduce";
+  i.seq = 12;
+  i.algorithm = "ring";
+  i.phase = "reduce-scatter";
+  i.step = 3;
+  i.steps = 7;
+  i.bytesMoved = 10;
+  i.bytesExpected = 20;
+  i.elapsedMs = 5;
+  i.timeoutMs = 1000;
+  i.culprit = 2;
+  i.culpritAddress = "[::1]:5";
+  i.detectedBy = 3;
+  i.localSignature = "allreduce #12 float32 x4 sum ring";
+  i.remoteSignature = "allreduce #12 float32 x5 sum ring";
+  auto d = decodeCause(encodeCause(i));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(Error::format(*d), Error::format(i));
+  EXPECT_EQ(d->culprit, 2);
+  EXPECT_EQ(d->detectedBy, 3);
+  EXPECT_EQ(d->message, i.message);
+  EXPECT_EQ(d->remoteSignature, i.remoteSignature);
+}
+
+TEST(Failure, CauseRejectsMalformed) {
+  EXPECT_FALSE(decodeCause(""));                 // no kind
+  EXPECT_FALSE(decodeCause("kind=Nonsense\n"));  // unknown kind
+  EXPECT_FALSE(decodeCause("kind=Timeout\nrank=x\n"));
+  EXPECT_FALSE(decodeCause("kind=Timeout\nnoequals\n"));
+  auto d = decodeCause("kind=PeerClosed\nfuture=ignored\nculprit=4\n");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->kind, ErrorKind::PeerClosed);
+  EXPECT_EQ(d->culprit, 4);
+}
+
+TEST(Failure, MajorityOutlier) {
+  EXPECT_EQ(majorityOutlier({}), -1);
+  EXPECT_EQ(majorityOutlier({{0, 1}, {1, 1}, {2, 1}}), -1);
+  EXPECT_EQ(majorityOutlier({{0, 1}, {1, 1}, {2, 9}, {3, 1}}), 2);
+  EXPECT_EQ(majorityOutlier({{0, 9}, {1, 1}, {2, 1}}), 0);
+  // Two ranks disagree: the group holding the lowest rank wins.
+  EXPECT_EQ(majorityOutlier({{0, 1}, {1, 2}}), 1);
+  // Three groups: the largest wins; the lowest rank outside it is named.
+  EXPECT_EQ(majorityOutlier({{0, 5}, {1, 1}, {2, 1}, {3, 6}}), 0);
+}
+
+TEST(Failure, TimeoutBlamesTheStoppedRank) {
+  std::map<int, Heartbeat> a{{0, hb(5, 3)}, {2, hb(5, 3)}, {3, hb(9, 3)}};
+  std::map<int, Heartbeat> b{{0, hb(7, 3)}, {2, hb(5, 3)}, {3, hb(11, 3)}};
+  Verdict v = judgeTimeout(1, 4, 3, 7, a, b, 0);
+  EXPECT_EQ(v.culprit, 2);
+  EXPECT_EQ(v.kind, ErrorKind::Timeout);
+  EXPECT_NE(v.reason.find("heartbeat stopped"), std::string::npos);
+}
+
+TEST(Failure, TimeoutBlamesARankWithoutHeartbeat) {
+  std::map<int, Heartbeat> a{{0, hb(5, 3)}, {2, hb(5, 3)}};
+  std::map<int, Heartbeat> b{{0, hb(6, 3)}, {2, hb(6, 3)}};
+  EXPECT_EQ(judgeTimeout(1, 4, 3, 7, a, b, 0).culprit, 3);
+}
+
+TEST(Failure, TimeoutBlamesTheRankFurthestBehind) {
+  // Everyone beats; rank 3 is still in #1 (stuck in compute), rank 0 in #2.
+  std::map<int, Heartbeat> a{{0, hb(5, 2)}, {2, hb(5, 3)}, {3, hb(5, 1)}};
+  std::map<int, Heartbeat> b{{0, hb(6, 2)}, {2, hb(6, 3)}, {3, hb(6, 1)}};
+  Verdict v = judgeTimeout(1, 4, 3, 7, a, b, 2);
+  EXPECT_EQ(v.culprit, 3);
+  EXPECT_NE(v.reason.find("has not entered collective #3"), std::string::npos);
+}
+
+TEST(Failure, TimeoutFindsADifferentSignature) {
+  std::map<int, Heartbeat> a{{0, hb(5, 3)}, {2, hb(5, 3, 8, "other")}, {3, hb(5, 3)}};
+  std::map<int, Heartbeat> b{{0, hb(6, 3)}, {2, hb(6, 3, 8, "other")}, {3, hb(6, 3)}};
+  Verdict v = judgeTimeout(1, 4, 3, 7, a, b, 0);
+  EXPECT_EQ(v.culprit, 2);
+  EXPECT_EQ(v.kind, ErrorKind::Mismatch);
+  EXPECT_NE(v.reason.find("other"), std::string::npos);
+}
+
+TEST(Failure, TimeoutWithEveryoneHealthyBlamesTheLink) {
+  std::map<int, Heartbeat> a{{0, hb(5, 3)}, {2, hb(5, 3)}};
+  std::map<int, Heartbeat> b{{0, hb(6, 3)}, {2, hb(6, 3)}};
+  Verdict v = judgeTimeout(1, 3, 3, 7, a, b, 2);
+  EXPECT_EQ(v.culprit, 2);
+  EXPECT_EQ(v.kind, ErrorKind::Timeout);
+}
+
+}  // namespace
+}  // namespace tccl::failure
+
+namespace tccl {
+namespace {
+
+TEST(FaultSpec, Parses) {
+  std::string err;
+  auto f = FaultSpec::parse("exit@reduce-scatter:3", &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->action, FaultSpec::Action::Exit);
+  EXPECT_EQ(f->phase, "reduce-scatter");
+  EXPECT_EQ(f->step, 3);
+  EXPECT_EQ(f->seq, -1);
+  f = FaultSpec::parse("stop@reduce (tree 0):2#5", &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->action, FaultSpec::Action::Stop);
+  EXPECT_EQ(f->phase, "reduce (tree 0)");
+  EXPECT_EQ(f->step, 2);
+  EXPECT_EQ(f->seq, 5);
+  f = FaultSpec::parse("hang@start#0", &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->phase, "start");
+  EXPECT_EQ(f->seq, 0);
+}
+
+TEST(FaultSpec, RejectsMalformed) {
+  for (const char* s : {"", "exit", "boom@ring:1", "exit@ring", "exit@ring:0", "exit@ring:x",
+                        "exit@:1", "exit@ring:1#", "exit@ring:1#-2", "exit@ring:1#3x"}) {
+    std::string err;
+    EXPECT_FALSE(FaultSpec::parse(s, &err)) << s;
+    EXPECT_NE(err.find("TCCL_FAULT"), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace tccl
