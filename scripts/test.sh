@@ -2,7 +2,8 @@
 # Builds tccl and runs every test: unit, multi-process, package (find_package) and
 # CLI tests in a warnings-as-errors build, then the suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded unit tests under
-# ThreadSanitizer. Set TCCL_TEST_QUICK=1 to skip the sanitizer builds.
+# ThreadSanitizer, then fuzzes the decoders of network bytes (scripts/fuzz.sh). Set
+# TCCL_TEST_QUICK=1 to skip the sanitizer builds and the fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh test
@@ -29,5 +30,7 @@ if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
   # nothing from it and run 10x slower under it.
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DTCCL_SANITIZE=thread -- -L unit \
     -R '^(Store|TcpStore|FileStore|PrefixStore|Communicator|Async|Bucketer|Half.TypedAllreduce)'
+  # libFuzzer (clang, ASan + UBSan) on every decoder of network bytes, FUZZ_SECONDS each.
+  bash scripts/fuzz.sh
 fi
 echo "== tccl: all test suites passed"
