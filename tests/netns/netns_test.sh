@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# tccl across hosts: 4 network-namespace "hosts" on a bridge (tests/netns/cluster.sh),
+# one `tccl launch` per host, 2 ranks each. Usage:
+#   netns_test.sh CASE TCCL_CLI NETNS_WORKER
+# CASE: collectives | bytes | ifname | stranger | ratelimit | all
+# Exit 0: passed; 77: skipped (no namespaces here; the reason is printed); else failed.
+# docs/testing-netns.md describes the cases and the figures they check.
+set -uo pipefail
+case_name=${1:?case}
+TCCL=${2:?tccl cli}
+WORKER=${3:?netns worker}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=cluster.sh
+source "$here/cluster.sh"
+
+HOSTS=4
+NPROC=2
+MASTER_ADDR=10.213.0.10  # host 0 on the mgmt net: cluster_addr 0
+PORT=29500         # inside our own namespaces: nothing else can hold it
+JOB_TIMEOUT=${TCCL_NETNS_JOB_TIMEOUT:-90}  # seconds per job, then every launcher is killed
+LOGDIR=$(mktemp -d /tmp/tccl-netns.XXXXXX)
+# Every job is authenticated, as a real multi-host job should be: the launchers of one
+# job share a key (docs/security.md); a job is free to override it.
+JOB_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+fails=0
+pass=0
+
+check() {  # description, command...
+  local what=$1
+  shift
+  if "$@"; then
+    pass=$((pass + 1))
+  else
+    echo "FAILED: $what"
+    fails=$((fails + 1))
+  fi
+}
+
+finish() {
+  cluster_down
+  if [ $fails -eq 0 ] && [ -z "${TCCL_NETNS_KEEP_LOGS:-}" ]; then
+    rm -rf "$LOGDIR"
+  else
+    echo "logs kept in $LOGDIR"
+  fi
+}
+
+show_logs() {  # job name
+  local f
+  for f in "$LOGDIR/$1".*.log; do
+    echo "---- $(basename "$f") (last 40 lines)"
+    tail -n 40 "$f"
+  done
+}
+
+# run_job NAME HOSTS NPROC [VAR=VALUE...] -- worker args...
+# One `tccl launch` per host, inside the host's namespace, all at once; waits for all.
+# Sets JOB_RC (the first non-zero launcher status, else 0) and JOB_MS (wall time).
+run_job() {
+  local name=$1 hosts=$2 nproc=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    envs+=("$1")
+    shift
+  done
+  shift
+  local i pids=() t0 rc
+  t0=$(date +%s%N)
+  for ((i = 0; i < hosts; i++)); do
+    cluster_exec "$i" env TCCL_NETNS_HOST="$i" TCCL_TUNE_FILE=/nonexistent \
+      TCCL_AUTH_KEY="$JOB_KEY" "${envs[@]}" \
+      timeout -k 5 "$JOB_TIMEOUT" "$TCCL" launch --nproc-per-node "$nproc" --nnodes "$hosts" \
+      --node-rank "$i" --master-addr "$MASTER_ADDR" --master-port "$PORT" -- \
+      "$WORKER" "$@" >"$LOGDIR/$name.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  JOB_RC=0
+  for ((i = 0; i < hosts; i++)); do
+    wait "${pids[$i]}"
+    rc=$?
+    if [ $rc -ne 0 ] && [ $JOB_RC -eq 0 ]; then JOB_RC=$rc; fi
+  done
+  JOB_MS=$((($(date +%s%N) - t0) / 1000000))
+  echo "== job $name: ${hosts}x${nproc} ranks, exit $JOB_RC, $JOB_MS ms"
+  if [ $JOB_RC -ne 0 ]; then show_logs "$name"; fi
+}
+
+job_ok() { [ "$JOB_RC" -eq 0 ]; }
+logs_have() { cat "$LOGDIR/$1".*.log | grep -q -- "$2"; }
+logs_count() { cat "$LOGDIR/$1".*.log | grep -c -- "$2"; }
+
+have_algo() { "$WORKER" has-algo "$1"; }
+
+ALGOS="ring naive tree hd"
+have_algo hier && ALGOS="$ALGOS hier"
+
+# ---- correctness: every all-reduce algorithm and the other collectives ----------------
+case_collectives() {
+  local list
+  list=$(tr ' ' ',' <<<"$ALGOS")
+  run_job collectives $HOSTS $NPROC -- collectives "$list"
+  check "collectives job exits 0" job_ok
+  check "all $((HOSTS * NPROC)) ranks report correct results" \
+    test "$(logs_count collectives 'collectives correct')" -eq $((HOSTS * NPROC))
+  have_algo hier || echo "NOTE: this build has no hierarchical all-reduce; not tested"
+}
+
+# ---- bytes: interface counters vs the algorithm's inter-host bytes ---------------------
+case_bytes() {
+  local algo count=2097152  # 8 MiB of int32 (divisible by 8 ranks and by 4 hosts)
+  for algo in $ALGOS; do
+    run_job "bytes-$algo" $HOSTS $NPROC -- bytes "$algo" $count mgmt0
+    grep -h '^\(\[.*\] \)\?\(bytes\|  \)' "$LOGDIR/bytes-$algo".0.log
+    check "bytes $algo job exits 0" job_ok
+    check "bytes $algo: counters match" logs_have "bytes-$algo" "bytes: PASS"
+  done
+}
+
+# ---- interface selection ---------------------------------------------------------------
+case_ifname() {
+  local spec count=262144  # 1 MiB
+  # The store is on the mgmt net; TCCL_SOCKET_IFNAME moves rank-to-rank traffic to data0
+  # whichever way it names it (exact name, prefix, exclusion, CIDR).
+  for spec in data0 data '^mgmt,lo' 10.213.1.0/24; do
+    local tag
+    tag=ifname-$(tr -c 'a-z0-9' '_' <<<"$spec")
+    run_job "$tag" 2 $NPROC TCCL_SOCKET_IFNAME="$spec" TCCL_DEBUG=INFO -- \
+      bytes ring $count data0
+    grep -h '^\(\[.*\] \)\?\(bytes\|  \)' "$LOGDIR/$tag".0.log
+    check "TCCL_SOCKET_IFNAME=$spec: job exits 0" job_ok
+    check "TCCL_SOCKET_IFNAME=$spec: traffic on data0 only" logs_have "$tag" "bytes: PASS"
+    check "TCCL_SOCKET_IFNAME=$spec: every rank logs its choice of data0 at INFO" test \
+      "$(logs_count "$tag" 'INFO.*listen address 10\.213\.1\.[0-9]* (data0)')" -eq $((2 * NPROC))
+  done
+  # Without TCCL_SOCKET_IFNAME: the interface that routes to the store. With the store on
+  # the data net, that is data0; over IPv6 on the mgmt net, mgmt0.
+  MASTER_ADDR=$(cluster_addr 0 1)
+  run_job ifname-route 2 $NPROC TCCL_DEBUG=INFO -- bytes ring $count data0
+  MASTER_ADDR=$(cluster_addr 0)
+  grep -h '^\(\[.*\] \)\?\(bytes\|  \)' "$LOGDIR/ifname-route".0.log
+  check "store on the data net: job exits 0" job_ok
+  check "store on the data net: traffic on data0 only" logs_have ifname-route "bytes: PASS"
+  MASTER_ADDR=$(cluster_addr6 0)
+  run_job ifname-ipv6 2 $NPROC TCCL_DEBUG=INFO -- bytes ring $count mgmt0
+  MASTER_ADDR=$(cluster_addr 0)
+  grep -h '^\(\[.*\] \)\?\(bytes\|  \)' "$LOGDIR/ifname-ipv6".0.log
+  check "IPv6 store: job exits 0" job_ok
+  check "IPv6 store: traffic on mgmt0 only" logs_have ifname-ipv6 "bytes: PASS"
+  check "IPv6 store: every rank listens on its IPv6 address" test \
+    "$(logs_count ifname-ipv6 'INFO.*listen address fd00:213::1[0-9] (mgmt0)')" -eq $((2 * NPROC))
+  # A spec that matches nothing fails at once, naming the variable and the value.
+  run_job ifname-none 2 $NPROC TCCL_SOCKET_IFNAME=nosuch9 -- collectives ring
+  check "TCCL_SOCKET_IFNAME=nosuch9 fails" test "$JOB_RC" -ne 0 -a "$JOB_RC" -ne 124
+  check "TCCL_SOCKET_IFNAME=nosuch9 fails quickly" test "$JOB_MS" -lt 30000
+  check "TCCL_SOCKET_IFNAME=nosuch9: the error names the variable and the value" \
+    bash -c "cat '$LOGDIR'/ifname-none.*.log | grep 'TCCL_SOCKET_IFNAME' | grep -q nosuch9"
+}
+
+# ---- strangers: a process of no job knocks on the ranks' ports ------------------------
+case_stranger() {
+  local dir="$LOGDIR/sync"
+  mkdir -p "$dir"
+  run_job stranger $HOSTS $NPROC TCCL_JOB_ID=netns-stranger-job -- \
+    wait-go "$dir" &
+  local job=$!
+  local i=0
+  while [ "$(find "$dir" -name 'ready.*' | wc -l)" -lt $((HOSTS * NPROC)) ]; do
+    i=$((i + 1))
+    if [ $i -gt 1200 ]; then
+      echo "FAILED: the ranks did not open their listeners within 60 s"
+      fails=$((fails + 1))
+      touch "$dir/go"
+      wait $job
+      show_logs stranger
+      return
+    fi
+    sleep 0.05
+  done
+  # Host 1's listeners: ss shows each one's port and owning pid; pid.<pid> gives its rank.
+  local line port pid rank strangers=() modes=()
+  while read -r line; do
+    port=$(awk '{print $4}' <<<"$line")
+    port=${port##*:}
+    pid=$(sed -nE 's/.*pid=([0-9]+).*/\1/p' <<<"$line")
+    [ -f "$dir/pid.$pid" ] || continue
+    rank=$(cat "$dir/pid.$pid")
+    # A stranger that sends garbage, and one that speaks the protocol and knows the job
+    # id (TCCL_JOB_ID is no secret) but not the key: it claims to be rank 0.
+    local mode
+    for mode in garbage hello; do
+      cluster_exec x "$WORKER" stranger "$(cluster_addr 1)" "$port" $mode "$rank" \
+        $((HOSTS * NPROC)) netns-stranger-job 30 >"$LOGDIR/stranger.x-$mode-$rank.out" 2>&1 &
+      strangers+=($!)
+      modes+=("$mode->rank $rank")
+    done
+  done < <(cluster_exec 1 ss -Htlnp 2>/dev/null)
+  check "found host 1's two listening ranks" test ${#strangers[@]} -eq 4
+  sleep 0.5  # the strangers' connections wait in the listeners' backlogs
+  touch "$dir/go"
+  wait $job
+  # run_job ran in a subshell: its status is in the logs
+  check "every rank of the job completes correctly despite the strangers" \
+    test "$(logs_count stranger 'collectives correct after the strangers')" -eq $((HOSTS * NPROC))
+  local k
+  for k in "${!strangers[@]}"; do
+    check "stranger ${modes[$k]} is disconnected by the rank" wait "${strangers[$k]}"
+  done
+  cat "$LOGDIR"/stranger.x-*.out
+  check "host 1 logs the rejected strangers with their address" \
+    logs_have stranger "$(cluster_addr x)"
+  cat "$LOGDIR"/stranger.*.log | grep -- "$(cluster_addr x)" | head -4
+}
+
+# ---- rate-limited links: the ring's advantage in seconds --------------------------------
+case_ratelimit() {
+  if ! cluster_shape 200mbit; then
+    echo "SKIPPED: tc tbf is not available here (sch_tbf)"
+    return
+  fi
+  # 4M int32 = 16 MiB; the busiest link carries 1.75 V (ring) vs 12 V (naive).
+  run_job ratelimit $HOSTS $NPROC -- timing 4194304 3 200 1.5
+  grep -h 'timing' "$LOGDIR/ratelimit".0.log
+  check "timing job exits 0" job_ok
+  check "ring beats naive by the margin the bytes predict" logs_have ratelimit "timing: PASS"
+}
+
+"$TCCL" --help 2>/dev/null | grep -q "^  launch" || { echo "FAILED: $TCCL has no launch command"; exit 1; }
+cluster_require
+cluster_up $HOSTS || { echo "FAILED: could not build the namespace cluster"; exit 1; }
+trap 'finish' EXIT
+case $case_name in
+  collectives | bytes | ifname | stranger | ratelimit) "case_$case_name" ;;
+  all) for c in collectives bytes ifname stranger ratelimit; do "case_$c"; done ;;
+  *)
+    echo "unknown case $case_name"
+    exit 2
+    ;;
+esac
+echo "netns $case_name: $pass checks passed, $fails failed"
+[ $fails -eq 0 ]
