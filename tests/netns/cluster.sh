@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/netns/cluster.sh: a small cluster of "hosts" made of Linux network namespaces.
 # Source it from bash; needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN) and iproute2.
 #

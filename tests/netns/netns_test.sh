@@ -10,7 +10,7 @@ case_name=${1:?case}
 TCCL=${2:?tccl cli}
 WORKER=${3:?netns worker}
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=cluster.sh
+# shellcheck source=tests/netns/cluster.sh
 source "$here/cluster.sh"
 
 HOSTS=4
@@ -162,7 +162,7 @@ case_stranger() {
   local dir="$LOGDIR/sync"
   mkdir -p "$dir"
   run_job stranger $HOSTS $NPROC TCCL_JOB_ID=netns-stranger-job -- \
-    wait-go "$dir" &
+    wait-go "$dir" 2000 1 &
   local job=$!
   local i=0
   while [ "$(find "$dir" -name 'ready.*' | wc -l)" -lt $((HOSTS * NPROC)) ]; do
@@ -178,38 +178,48 @@ case_stranger() {
     sleep 0.05
   done
   # Host 1's listeners: ss shows each one's port and owning pid; pid.<pid> gives its rank.
-  local line port pid rank strangers=() modes=()
+  local line port pid rank strangers=() names=() mode
   while read -r line; do
     port=$(awk '{print $4}' <<<"$line")
     port=${port##*:}
     pid=$(sed -nE 's/.*pid=([0-9]+).*/\1/p' <<<"$line")
     [ -f "$dir/pid.$pid" ] || continue
     rank=$(cat "$dir/pid.$pid")
-    # A stranger that sends garbage, and one that speaks the protocol and knows the job
-    # id (TCCL_JOB_ID is no secret) but not the key: it claims to be rank 0.
-    local mode
-    for mode in garbage hello; do
+    # garbage: not tccl at all. nokey: the protocol, the job id (TCCL_JOB_ID is no
+    # secret) and "I am rank 0", but no key. wrongkey: the same with a key of its own,
+    # answering the rank's challenge with an HMAC that cannot verify.
+    for mode in garbage nokey wrongkey; do
       cluster_exec x "$WORKER" stranger "$(cluster_addr 1)" "$port" $mode "$rank" \
-        $((HOSTS * NPROC)) netns-stranger-job 30 >"$LOGDIR/stranger.x-$mode-$rank.out" 2>&1 &
+        $((HOSTS * NPROC)) netns-stranger-job 30 >"$LOGDIR/x-$mode-$rank.out" 2>&1 &
       strangers+=($!)
-      modes+=("$mode->rank $rank")
+      names+=("$mode-$rank")
     done
   done < <(cluster_exec 1 ss -Htlnp 2>/dev/null)
-  check "found host 1's two listening ranks" test ${#strangers[@]} -eq 4
+  check "found host 1's two listening ranks" test ${#strangers[@]} -eq 6
   sleep 0.5  # the strangers' connections wait in the listeners' backlogs
   touch "$dir/go"
   wait $job
-  # run_job ran in a subshell: its status is in the logs
+  # run_job ran in a subshell: its verdict is in the logs
   check "every rank of the job completes correctly despite the strangers" \
     test "$(logs_count stranger 'collectives correct after the strangers')" -eq $((HOSTS * NPROC))
   local k
   for k in "${!strangers[@]}"; do
-    check "stranger ${modes[$k]} is disconnected by the rank" wait "${strangers[$k]}"
+    check "stranger ${names[$k]} is disconnected by the rank" wait "${strangers[$k]}"
   done
-  cat "$LOGDIR"/stranger.x-*.out
-  check "host 1 logs the rejected strangers with their address" \
-    logs_have stranger "$(cluster_addr x)"
-  cat "$LOGDIR"/stranger.*.log | grep -- "$(cluster_addr x)" | head -4
+  cat "$LOGDIR"/x-*.out
+  for mode in garbage nokey wrongkey; do
+    local want
+    case $mode in
+      garbage) want='Reject reason 1 ' ;;   # BadMagic
+      nokey) want='Reject reason 9 ' ;;     # AuthRequired
+      wrongkey) want='Reject reason 11 ' ;; # AuthFailed, after the challenge
+    esac
+    check "stranger $mode is told why ($want)" \
+      test "$(cat "$LOGDIR"/x-$mode-*.out | grep -c "$want")" -eq 2
+  done
+  check "host 1 logs each rejected stranger with its address at WARN" test \
+    "$(logs_count stranger "WARN.*$(cluster_addr x)")" -ge 6
+  cat "$LOGDIR"/stranger.*.log | grep -- "$(cluster_addr x)"
 }
 
 # ---- rate-limited links: the ring's advantage in seconds --------------------------------
