@@ -34,8 +34,9 @@ struct CommOptions {
   std::chrono::milliseconds timeout{300000};
   // Store namespace of this communicator, so several can share one store.
   std::string name = "default";
-  // Address to listen on and publish. Empty: the local address of the TcpStore
-  // connection (the interface that routes to the store), else 127.0.0.1.
+  // Address to listen on and publish. Empty: TCCL_SOCKET_IFNAME if set, else the local
+  // address of the TcpStore connection (the interface that routes to the store), else
+  // 127.0.0.1 (docs/network.md; loopback is refused when the job may span hosts).
   std::string listenAddress;
   // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB).
   size_t segmentBytes = 0;

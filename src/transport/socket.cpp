@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -36,7 +37,16 @@ std::string SockAddr::ip() const {
     inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
   } else if (storage.ss_family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      // A dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d; show them as IPv4.
+      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], buf, sizeof buf);
+      return buf;
+    }
     inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+    char name[IF_NAMESIZE] = {0};
+    if (a->sin6_scope_id != 0 && if_indextoname(a->sin6_scope_id, name) != nullptr) {
+      return std::string(buf) + "%" + name;  // link-local: getaddrinfo reads the scope back
+    }
   } else {
     return "?";
   }
@@ -56,7 +66,8 @@ uint16_t SockAddr::port() const {
 std::string SockAddr::toString() const { return joinHostPort(ip(), port()); }
 
 std::string joinHostPort(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  if (host.find(':') != std::string::npos && host.front() != '[')
+    return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
 }
 
@@ -70,6 +81,7 @@ std::pair<std::string, uint16_t> splitHostPort(const std::string& s) {
     }
     host = s.substr(1, close - 1);
     port = s.substr(close + 2);
+    if (host.empty()) throwError(ErrorKind::InvalidArgument, "bad address '" + s + "': empty host");
   } else {
     auto colon = s.rfind(':');
     if (colon == std::string::npos) {
@@ -77,6 +89,12 @@ std::pair<std::string, uint16_t> splitHostPort(const std::string& s) {
     }
     host = s.substr(0, colon);
     port = s.substr(colon + 1);
+    if (host.find(':') != std::string::npos) {
+      // "fd00::2:5000" could be an address with no port: IPv6 needs brackets.
+      throwError(ErrorKind::InvalidArgument, "bad address '" + s +
+                                                 "': write an IPv6 address in brackets, "
+                                                 "[v6]:port (e.g. [::1]:29500)");
+    }
   }
   char* end = nullptr;
   errno = 0;
@@ -87,7 +105,11 @@ std::pair<std::string, uint16_t> splitHostPort(const std::string& s) {
   return {host, static_cast<uint16_t>(p)};
 }
 
-std::vector<SockAddr> resolve(const std::string& host, uint16_t port, bool passive) {
+std::vector<SockAddr> resolve(const std::string& hostIn, uint16_t port, bool passive) {
+  // "[::1]" (as users write it next to a port) means "::1".
+  const std::string host = hostIn.size() >= 2 && hostIn.front() == '[' && hostIn.back() == ']'
+                               ? hostIn.substr(1, hostIn.size() - 2)
+                               : hostIn;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -106,6 +128,11 @@ std::vector<SockAddr> resolve(const std::string& host, uint16_t port, bool passi
     out.push_back(a);
   }
   freeaddrinfo(res);
+  if (host.empty() && passive) {
+    // Any address: the IPv6 wildcard first, which (IPV6_V6ONLY off) also takes IPv4.
+    std::stable_partition(out.begin(), out.end(),
+                          [](const SockAddr& a) { return a.storage.ss_family == AF_INET6; });
+  }
   return out;
 }
 
@@ -138,6 +165,12 @@ Fd listenOn(const std::string& host, uint16_t port, int backlog) {
     }
     int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a.storage.ss_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr)) {
+      // "::" serves both families whatever net.ipv6.bindv6only says.
+      int zero = 0;
+      setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    }
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a.storage), a.len) != 0 ||
         ::listen(fd.get(), backlog) != 0) {
       lastErr = a.toString() + ": " + errnoString(errno);

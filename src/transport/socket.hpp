@@ -44,20 +44,25 @@ struct SockAddr {
   sockaddr_storage storage{};
   socklen_t len = 0;
   std::string toString() const;  // "1.2.3.4:5" or "[::1]:5"
+  // Numeric address: "1.2.3.4", "::1", "fe80::1%eth0" (link-local keeps its scope);
+  // an IPv4-mapped IPv6 address (a dual-stack listener's IPv4 peer) as plain IPv4.
   std::string ip() const;
   uint16_t port() const;
 };
 
-// Resolves host (name or literal; "" means any address) to candidate addresses.
+// Resolves host (name or literal, IPv4 or IPv6, "[v6]" accepted; "" means any
+// address, the IPv6 wildcard first) to candidate addresses of both families.
 // Throws SystemError naming the host on failure.
 std::vector<SockAddr> resolve(const std::string& host, uint16_t port, bool passive = false);
 
-// Splits "host:port" or "[v6]:port". Throws InvalidArgumentError.
+// Splits "host:port" or "[v6]:port" (the host comes back without brackets). Throws
+// InvalidArgumentError, also for an unbracketed IPv6 address ("::1:80" is ambiguous).
 std::pair<std::string, uint16_t> splitHostPort(const std::string& s);
-// Joins host and port, bracketing IPv6 literals.
+// Joins host and port, bracketing IPv6 literals: "[::1]:5".
 std::string joinHostPort(const std::string& host, uint16_t port);
 
 // A listening socket on host:port (port 0: ephemeral), nonblocking, SO_REUSEADDR.
+// "::" listens on both families (IPV6_V6ONLY off).
 Fd listenOn(const std::string& host, uint16_t port, int backlog = 128);
 
 // Accepts one pending connection from a nonblocking listener; invalid Fd if none.
