@@ -28,6 +28,11 @@ const char* kUsage =
     "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
     "  tune    measure the cost model's alpha (per message) and beta (bandwidth) between\n"
     "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B\n"
+    "  faults  failure scenarios: N ranks, one fault, what every rank reported and how fast\n"
+    "          --kill R [--at PHASE:STEP[#SEQ]] | --stop R [--at ...] | --stuck R | --skip R |\n"
+    "          --reorder R | --count-mismatch R | --shrink [--kill R] | --all [--rank R]\n"
+    "          --world N (4) --algo ring|tree|hd|rd|naive --timeout-ms T (3000) --count N\n"
+    "          --iters K (10, shrink) --json   (exit 0: detection right; docs/faults.md)\n"
     "  version print the version\n";
 
 }  // namespace
@@ -48,6 +53,8 @@ int main(int argc, char** argv) {
     if (cmd == "tune") return tccl::cli::tuneMain(argc, argv, 2);
     if (cmd == "_tune-worker") return tccl::cli::tuneWorkerMain(argc, argv, 2);
     if (cmd == "_overlap-worker") return tccl::cli::overlapWorkerMain(argc, argv, 2);
+    if (cmd == "faults") return tccl::cli::faultsMain(argc, argv, 2);
+    if (cmd == "_faults-worker") return tccl::cli::faultsWorkerMain(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;

@@ -1,0 +1,479 @@
+// Worker process of the failure-injection tests (tests/proc/faults_test.cpp). It
+// builds a Communicator from the environment, runs a sequence of collectives in
+// which one rank (the culprit) misbehaves, catches the first tccl::Error, checks that
+// a later call fails with Aborted, and publishes what it saw as "key=value" lines
+// under "faults/result/<rank>" in the job's store. The faults themselves come from:
+//   - the library's hook, TCCL_FAULT=<exit|stop|hang>@<phase>:<step>[#<seq>], set by
+//     the test on the culprit's environment only;
+//   - the test, which SIGSTOPs the culprit once it announces a call (announce=1);
+//   - this worker's arguments (a culprit that sleeps before a call, skips one, calls
+//     two in the other order or with another count, dtype, op or root).
+//
+// Arguments are key=value:
+//   scenario=loop|mismatch|shrink|steady   (default loop)
+//     loop      `iters` calls of `coll` (allreduce with `algo`; or broadcast,
+//               allgather, reducescatter, reduce, barrier, alltoall, gather, scatter)
+//     mismatch  a sequence of different collectives (allreduce, broadcast, allgather,
+//               reducescatter, allreduce, ...); the culprit deviates at call `at`
+//               as `deviation` says: skip|reorder|count|dtype|op|root
+//     shrink    `iters` all-reduces; after the first error the survivors shrink and
+//               redo the failed iteration on the smaller world, verifying every result
+//     steady    `iters` all-reduces `pause` ms apart, every result verified (the
+//               stranger tests disturb it from outside)
+//   algo=ring|tree|hd|rd|naive count=N iters=K culprit=R timeout=MS
+//   sleep=K:MS       the culprit sleeps MS ms before call K (stuck in compute)
+//   announce=1       set "faults/entered/<rank>/<call>" before each call
+//   pause=MS         steady: the pause between calls
+//   then=allreduce   loop: an all-reduce after each call of `coll`
+// After publishing, the worker waits (bounded) for the key "faults/done" so that its
+// exit cannot become another rank's failure; the test kills whatever is left.
+// Exit status: 0, or 1 when a result was wrong (also in the record), 2 for bad usage.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tccl/tccl.hpp"
+
+using namespace tccl;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Config {
+  std::string scenario = "loop";
+  std::string coll = "allreduce";
+  Algorithm algo = Algorithm::Ring;
+  size_t count = 4096;
+  int iters = 4;
+  int culprit = -1;
+  int64_t timeoutMs = 10000;
+  int sleepCall = -1;
+  int64_t sleepMs = 0;
+  bool announce = false;
+  std::string deviation;
+  int at = 1;
+  int64_t pauseMs = 0;
+  bool then = false;
+};
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::cerr << "tccl_fault_worker: " << msg << std::endl;
+  std::exit(2);
+}
+
+Config parseArgs(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto eq = a.find('=');
+    if (eq == std::string::npos) usage("expected key=value, got '" + a + "'");
+    std::string k = a.substr(0, eq), v = a.substr(eq + 1);
+    if (k == "scenario") {
+      c.scenario = v;
+    } else if (k == "coll") {
+      c.coll = v;
+    } else if (k == "algo") {
+      auto al = parseAlgorithm(v);
+      if (!al) usage("unknown algorithm " + v);
+      c.algo = *al;
+    } else if (k == "count") {
+      c.count = std::stoull(v);
+    } else if (k == "iters") {
+      c.iters = std::stoi(v);
+    } else if (k == "culprit") {
+      c.culprit = std::stoi(v);
+    } else if (k == "timeout") {
+      c.timeoutMs = std::stoll(v);
+    } else if (k == "sleep") {
+      auto colon = v.find(':');
+      if (colon == std::string::npos) usage("sleep=K:MS");
+      c.sleepCall = std::stoi(v.substr(0, colon));
+      c.sleepMs = std::stoll(v.substr(colon + 1));
+    } else if (k == "announce") {
+      c.announce = v == "1";
+    } else if (k == "deviation") {
+      c.deviation = v;
+    } else if (k == "at") {
+      c.at = std::stoi(v);
+    } else if (k == "pause") {
+      c.pauseMs = std::stoll(v);
+    } else if (k == "then") {
+      c.then = v == "allreduce";
+    } else {
+      usage("unknown key " + k);
+    }
+  }
+  return c;
+}
+
+// One collective call of the sequence.
+struct Call {
+  std::string coll = "allreduce";
+  size_t count = 0;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  Algorithm algo = Algorithm::Auto;
+};
+
+std::string show(const Call& c) {
+  std::ostringstream os;
+  os << c.coll << " " << toString(c.dtype) << " x" << c.count << " " << toString(c.op) << " root "
+     << c.root;
+  return os.str();
+}
+
+// Element i of (original) rank o in iteration it: small integers, exact in float32
+// for every world and count the tests use.
+float valueOf(int o, int it, size_t i) {
+  return static_cast<float>((o + 1) * (it % 5 + 1) + static_cast<int>(i % 7));
+}
+
+class Worker {
+ public:
+  Worker(Config c, Communicator comm, std::shared_ptr<Store> results)
+      : c_(std::move(c)), comm_(std::move(comm)), results_(std::move(results)) {
+    origRank_ = comm_.rank();
+    isCulprit_ = origRank_ == c_.culprit;
+  }
+
+  int run() {
+    if (c_.scenario == "loop") return runSequence(loopCalls());
+    if (c_.scenario == "mismatch") return runSequence(mismatchCalls());
+    if (c_.scenario == "shrink" || c_.scenario == "steady") return runAllreduces();
+    usage("unknown scenario " + c_.scenario);
+  }
+
+  void waitDone() {
+    try {
+      results_->wait({"faults/done"}, std::chrono::milliseconds(4 * c_.timeoutMs + 30000));
+    } catch (const Error&) {
+    }
+  }
+
+ private:
+  std::vector<Call> loopCalls() const {
+    std::vector<Call> calls;
+    for (int i = 0; i < c_.iters; ++i) {
+      Call call;
+      call.coll = c_.coll;
+      call.count = c_.count;
+      call.algo = c_.coll == "allreduce" ? c_.algo : Algorithm::Auto;
+      calls.push_back(call);
+      if (c_.then) {
+        // An all-reduce after each call: every rank needs every other rank's data at
+        // least once per iteration, even when `coll` (a broadcast, say) lets some
+        // ranks finish without the culprit.
+        call.coll = "allreduce";
+        call.algo = c_.algo;
+        calls.push_back(call);
+      }
+    }
+    return calls;
+  }
+
+  std::vector<Call> mismatchCalls() const {
+    static const char* kCycle[] = {"allreduce", "broadcast", "allgather", "reducescatter"};
+    std::vector<Call> calls;
+    for (int i = 0; i < c_.iters; ++i) {
+      Call call;
+      call.coll = kCycle[i % 4];
+      call.count = c_.count;
+      call.algo = call.coll == "allreduce" ? c_.algo : Algorithm::Auto;
+      calls.push_back(call);
+    }
+    if (!isCulprit_) return calls;
+    const size_t k = static_cast<size_t>(c_.at);
+    if (k >= calls.size()) usage("at= is past the sequence");
+    if (c_.deviation == "skip") {
+      calls.erase(calls.begin() + c_.at);
+    } else if (c_.deviation == "reorder") {
+      if (k + 1 >= calls.size()) usage("reorder needs a call after at=");
+      std::swap(calls[k], calls[k + 1]);
+    } else if (c_.deviation == "count") {
+      calls[k].count += 1;
+    } else if (c_.deviation == "dtype") {
+      calls[k].dtype = DataType::Int32;
+    } else if (c_.deviation == "op") {
+      calls[k].op = ReduceOp::Max;
+    } else if (c_.deviation == "root") {
+      calls[k].root = 1;
+    } else {
+      usage("unknown deviation '" + c_.deviation + "'");
+    }
+    return calls;
+  }
+
+  void beforeCall(size_t i) {
+    if (c_.announce) {
+      results_->setString("faults/entered/" + std::to_string(origRank_) + "/" + std::to_string(i),
+                          "1");
+    }
+    if (isCulprit_ && static_cast<int>(i) == c_.sleepCall) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(c_.sleepMs));
+    }
+  }
+
+  // Float32 sums carry the exact pattern valueOf (checked by verify); other calls
+  // move bytes whose values nobody checks.
+  void issue(const Call& call, int it = 0) {
+    const size_t nn = static_cast<size_t>(comm_.size());
+    const size_t elem = dataTypeSize(call.dtype);
+    in_.assign((nn + 1) * (call.count + 1) * elem, 1);
+    out_.assign((nn + 1) * (call.count + 1) * elem, 0);
+    if (call.dtype == DataType::Float32) {
+      float* f = reinterpret_cast<float*>(in_.data());
+      for (size_t i = 0; i < call.count; ++i) f[i] = valueOf(origRank_, it, i);
+    }
+    CollectiveOptions o;
+    o.algorithm = call.algo;
+    const std::string& k = call.coll;
+    if (k == "allreduce") {
+      comm_.allreduce(in_.data(), out_.data(), call.count, call.dtype, call.op, o);
+    } else if (k == "broadcast") {
+      comm_.broadcast(in_.data(), out_.data(), call.count, call.dtype, call.root, o);
+    } else if (k == "allgather") {
+      comm_.allGather(in_.data(), out_.data(), call.count, call.dtype, o);
+    } else if (k == "reducescatter") {
+      comm_.reduceScatter(in_.data(), out_.data(), call.count, call.dtype, call.op, o);
+    } else if (k == "reduce") {
+      comm_.reduce(in_.data(), out_.data(), call.count, call.dtype, call.op, call.root, o);
+    } else if (k == "barrier") {
+      comm_.barrier(o);
+    } else if (k == "alltoall") {
+      comm_.allToAll(in_.data(), out_.data(), call.count, call.dtype, o);
+    } else if (k == "gather") {
+      comm_.gather(in_.data(), out_.data(), call.count, call.dtype, call.root, o);
+    } else if (k == "scatter") {
+      comm_.scatter(in_.data(), out_.data(), call.count, call.dtype, call.root, o);
+    } else {
+      usage("unknown collective " + k);
+    }
+  }
+
+  // An all-reduce that succeeded must hold the exact sum over every rank.
+  bool verify(const Call& call, int it) {
+    if (call.coll != "allreduce" || call.dtype != DataType::Float32 || call.op != ReduceOp::Sum)
+      return true;
+    const float* f = reinterpret_cast<const float*>(out_.data());
+    for (size_t i = 0; i < call.count; ++i) {
+      float expect = 0;
+      for (int r = 0; r < comm_.size(); ++r) expect += valueOf(r, it, i);
+      if (f[i] != expect) {
+        std::ostringstream os;
+        os << "call " << it << " index " << i << ": expected " << expect << " got " << f[i];
+        rec_["status"] = "wrong";
+        rec_["wrong"] = os.str();
+        publish();
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void recordError(const Error& e, size_t call, double ms) {
+    const ErrorInfo& i = e.info();
+    rec_["status"] = "error";
+    rec_["call"] = std::to_string(call);
+    rec_["kind"] = std::string(toString(i.kind));
+    rec_["culprit"] = std::to_string(i.culprit);
+    rec_["culprit_address"] = i.culpritAddress;
+    rec_["detected_by"] = std::to_string(i.detectedBy);
+    rec_["rank_field"] = std::to_string(i.rank);
+    rec_["peer"] = std::to_string(i.peer);
+    rec_["collective"] = i.collective;
+    rec_["seq"] = std::to_string(i.seq);
+    rec_["algorithm"] = i.algorithm;
+    rec_["phase"] = i.phase;
+    rec_["step"] = std::to_string(i.step);
+    rec_["steps"] = std::to_string(i.steps);
+    rec_["bytes_moved"] = std::to_string(i.bytesMoved);
+    rec_["bytes_expected"] = std::to_string(i.bytesExpected);
+    rec_["info_elapsed_ms"] = std::to_string(i.elapsedMs);
+    rec_["timeout_ms"] = std::to_string(i.timeoutMs);
+    rec_["local_sig"] = i.localSignature;
+    rec_["remote_sig"] = i.remoteSignature;
+    rec_["elapsed_ms"] = std::to_string(ms);
+    rec_["what"] = e.what();
+  }
+
+  // A later call must fail at once with Aborted naming the same culprit.
+  void recordLaterCall(const Call& call) {
+    const auto t0 = Clock::now();
+    try {
+      issue(call);
+      rec_["later_kind"] = "none";
+    } catch (const Error& e) {
+      rec_["later_kind"] = std::string(toString(e.kind()));
+      rec_["later_culprit"] = std::to_string(e.culprit());
+      rec_["later_quotes_cause"] =
+          std::string(e.what()).find("earlier error") != std::string::npos ? "1" : "0";
+    }
+    rec_["later_ms"] = std::to_string(msSince(t0));
+    auto cause = comm_.abortCause();
+    rec_["abort_cause_culprit"] = cause ? std::to_string(cause->culprit) : "none";
+  }
+
+  static double msSince(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+  int runSequence(const std::vector<Call>& calls) {
+    std::string mine;
+    for (const Call& call : calls) mine += show(call) + "; ";
+    rec_["calls"] = mine;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      beforeCall(i);
+      const auto t0 = Clock::now();
+      try {
+        issue(calls[i], static_cast<int>(i));
+      } catch (const Error& e) {
+        recordError(e, i, msSince(t0));
+        recordLaterCall(calls[i]);
+        publish();
+        return 0;
+      }
+      if (!verify(calls[i], static_cast<int>(i))) return 1;
+    }
+    rec_["status"] = "ok";
+    publish();
+    return 0;
+  }
+
+  // shrink and steady: verified all-reduces; shrink survives the first failure.
+  int runAllreduces() {
+    std::vector<float> buf(c_.count);
+    std::vector<int> members;
+    for (int r = 0; r < comm_.size(); ++r) members.push_back(r);
+    int verifiedAfterShrink = 0;
+    bool shrunk = false;
+    int status = 0;
+    for (int it = 0; it < c_.iters; ++it) {
+      beforeCall(static_cast<size_t>(it));
+      for (size_t i = 0; i < c_.count; ++i) buf[i] = valueOf(origRank_, it, i);
+      const auto t0 = Clock::now();
+      try {
+        CollectiveOptions o;
+        o.algorithm = c_.algo;
+        comm_.allreduce(buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum, o);
+      } catch (const Error& e) {
+        if (c_.scenario != "shrink" || shrunk) {
+          if (!shrunk) recordError(e, static_cast<size_t>(it), msSince(t0));
+          rec_["second_error"] = shrunk ? e.what() : "";
+          publish();
+          return 0;
+        }
+        recordError(e, static_cast<size_t>(it), msSince(t0));
+        Call later;
+        later.count = c_.count;
+        later.algo = c_.algo;
+        recordLaterCall(later);
+        const auto s0 = Clock::now();
+        try {
+          Communicator next = comm_.shrink();
+          comm_ = std::move(next);
+        } catch (const Error& se) {
+          rec_["shrink_error"] = se.what();
+          publish();
+          return 0;
+        }
+        rec_["shrink_ms"] = std::to_string(msSince(s0));
+        members = comm_.originalRanks();
+        std::string list;
+        for (int m : members) list += (list.empty() ? "" : ",") + std::to_string(m);
+        rec_["shrink_size"] = std::to_string(comm_.size());
+        rec_["shrink_rank"] = std::to_string(comm_.rank());
+        rec_["shrink_members"] = list;
+        shrunk = true;
+        --it;  // redo this iteration on the smaller world
+        continue;
+      }
+      // Exact check against the members' contributions.
+      for (size_t i = 0; i < c_.count; ++i) {
+        float expect = 0;
+        for (int m : members) expect += valueOf(m, it, i);
+        if (buf[i] != expect) {
+          std::ostringstream os;
+          os << "iteration " << it << " index " << i << ": expected " << expect << " got " << buf[i]
+             << " (world " << members.size() << ")";
+          rec_["wrong"] = os.str();
+          status = 1;
+          break;
+        }
+      }
+      if (shrunk) ++verifiedAfterShrink;
+      if (c_.pauseMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c_.pauseMs));
+    }
+    if (!rec_.count("status")) rec_["status"] = "ok";
+    rec_["finished"] = "1";
+    rec_["iterations_done"] = std::to_string(c_.iters);
+    rec_["verified_after_shrink"] = std::to_string(verifiedAfterShrink);
+    publish();
+    return status;
+  }
+
+  void publish() {
+    std::string s;
+    for (const auto& [k, v] : rec_) {
+      s += k + "=";
+      for (char ch : v) s += ch == '\n' ? ' ' : ch;
+      s += "\n";
+    }
+    results_->setString("faults/result/" + std::to_string(origRank_), s);
+  }
+
+  Config c_;
+  Communicator comm_;
+  std::shared_ptr<Store> results_;
+  int origRank_ = -1;
+  bool isCulprit_ = false;
+  std::vector<uint8_t> in_, out_;
+  std::map<std::string, std::string> rec_;
+};
+
+std::shared_ptr<Store> resultStore() {
+  const char* addr = std::getenv("TCCL_STORE");
+  if (addr == nullptr) usage("TCCL_STORE is not set");
+  std::string a = addr;
+  auto colon = a.rfind(':');
+  if (colon == std::string::npos) usage("TCCL_STORE=host:port");
+  return std::make_shared<TcpStore>(a.substr(0, colon),
+                                    static_cast<uint16_t>(std::stoi(a.substr(colon + 1))),
+                                    std::chrono::milliseconds(30000));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c = parseArgs(argc, argv);
+  // Records go through a store client of their own, independent of the
+  // communicator's (which the failure may have left in any state).
+  std::shared_ptr<Store> results = resultStore();
+  int rank = -1;
+  try {
+    CommOptions opts;
+    opts.timeout = std::chrono::milliseconds(c.timeoutMs);
+    Communicator comm = Communicator::fromEnv(opts);
+    rank = comm.rank();
+    Worker w(c, std::move(comm), results);
+    int rc = w.run();
+    w.waitDone();
+    return rc;
+  } catch (const Error& e) {
+    // A failure outside the collectives (construction, shrink's own store traffic).
+    std::cerr << "[fault worker rank " << rank << "] " << e.what() << std::endl;
+    const char* r = std::getenv("TCCL_RANK");
+    results->setString(std::string("faults/result/") + (r ? r : "?"),
+                       std::string("status=setup-error\nwhat=") + e.what() + "\n");
+    return 1;
+  }
+}
