@@ -121,8 +121,8 @@ case_bytes() {
 case_ifname() {
   local spec count=262144  # 1 MiB
   # The store is on the mgmt net; TCCL_SOCKET_IFNAME moves rank-to-rank traffic to data0
-  # whichever way it names it (exact name, prefix, exclusion, CIDR).
-  for spec in data0 data '^mgmt,lo' 10.213.1.0/24; do
+  # whichever way it names it (exact name, prefix, exclusion list, CIDR).
+  for spec in =data0 data '^mgmt,lo' 10.213.1.0/24; do
     local tag
     tag=ifname-$(tr -c 'a-z0-9' '_' <<<"$spec")
     run_job "$tag" 2 $NPROC TCCL_SOCKET_IFNAME="$spec" TCCL_DEBUG=INFO -- \
