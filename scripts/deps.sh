@@ -5,6 +5,7 @@ set -euo pipefail
 want=(cmake ninja-build g++ make)
 if [ "${1:-build}" = test ]; then
   want+=(libgtest-dev python3)  # python3: the CLI tests check JSON and SVG output with it
+  want+=(openmpi-bin)  # mpirun: tests/cli/launch_test.sh starts a tccl program under Open MPI
   # clang and its runtimes (libFuzzer, ASan, UBSan): scripts/fuzz.sh
   want+=(clang-14 libclang-rt-14-dev)
 fi

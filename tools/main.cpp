@@ -28,6 +28,10 @@ const char* kUsage =
     "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
     "  tune    measure the cost model's alpha (per message) and beta (bandwidth) between\n"
     "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B\n"
+    "  launch  start a job's local ranks, torchrun-style; node 0 hosts the store\n"
+    "          --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
+    "          [--no-tag-output] [--timeout S] [--grace S] [--rdzv-timeout S]\n"
+    "          [--auth-key-file F] -- CMD ARGS   (docs/launch.md)\n"
     "  faults  failure scenarios: N ranks, one fault, what every rank reported and how fast\n"
     "          --kill R [--at PHASE:STEP[#SEQ]] | --stop R [--at ...] | --stuck R | --skip R |\n"
     "          --reorder R | --count-mismatch R | --shrink [--kill R] | --all [--rank R]\n"
@@ -53,6 +57,8 @@ int main(int argc, char** argv) {
     if (cmd == "tune") return tccl::cli::tuneMain(argc, argv, 2);
     if (cmd == "_tune-worker") return tccl::cli::tuneWorkerMain(argc, argv, 2);
     if (cmd == "_overlap-worker") return tccl::cli::overlapWorkerMain(argc, argv, 2);
+    if (cmd == "launch") return tccl::cli::launchMain(argc, argv, 2);
+    if (cmd == "_launch-exec") return tccl::cli::launchExecMain(argc, argv, 2);
     if (cmd == "faults") return tccl::cli::faultsMain(argc, argv, 2);
     if (cmd == "_faults-worker") return tccl::cli::faultsWorkerMain(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") {
