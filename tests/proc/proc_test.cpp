@@ -104,7 +104,8 @@ TEST(FailureTest, DeadPeerIsDetectedAtOnceAndNamedByItsRingNeighbours) {
 
 TEST(FailureTest, PeerDeadBeforeConnectingIsNamed) {
   // Rank 2 publishes its address, then exits. Rank 1 dials it and is refused at once;
-  // rank 3 waits for rank 2 to dial in and gives up at the timeout, naming it.
+  // rank 3 waits for rank 2 to dial in and gives up at the timeout, then reports the
+  // cause the ranks agreed on through the store: rank 2 is gone.
   JobSpec spec;
   spec.world = 4;
   spec.args = {"die", "2"};
@@ -118,7 +119,7 @@ TEST(FailureTest, PeerDeadBeforeConnectingIsNamed) {
   EXPECT_EQ(f1.peer, 2) << job.records[1];
   EXPECT_LT(f1.seconds, 1.0) << job.records[1];
   Failure f3 = parseFailure(job.records[3]);
-  EXPECT_EQ(f3.kind, "Timeout") << job.records[3];
+  EXPECT_EQ(f3.kind, "PeerClosed") << job.records[3];
   EXPECT_EQ(f3.peer, 2) << job.records[3];
   EXPECT_LE(f3.seconds, 4.0) << job.records[3];
 }
