@@ -7,7 +7,8 @@
 namespace tccl::failure {
 namespace {
 
-// Escapes '\\', '\n' and '=' so every value fits on one "key=value" line.
+// Escapes '\\' and '\n' so every value fits on one "key=value" line (decoding
+// splits at the first '=', so values may hold '=').
 std::string escape(const std::string& s) {
   std::string out;
   out.reserve(s.size());

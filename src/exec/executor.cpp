@@ -354,13 +354,22 @@ class Run {
     uint8_t buf[wire::kHeaderSize];
     ssize_t n = ::recv(cs.ch->fd.get(), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     const Op& op = currentOp(cs);
+    const bool owesSends = cs.sendHead < cs.sends.size();
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-      fail(errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs, op, 0,
-           errno == ECONNRESET ? "connection reset by the peer"
-                               : "receive failed: " + net::errnoString(errno));
+      if (errno != ECONNRESET)
+        fail(ErrorKind::System, cs, op, 0, "receive failed: " + net::errnoString(errno));
+      if (owesSends) fail(ErrorKind::PeerClosed, cs, op, 0, "connection reset by the peer");
+      cs.parked = true;
+      return;
     }
-    if (n == 0) fail(ErrorKind::PeerClosed, cs, op, 0, "connection closed by the peer");
+    if (n == 0) {
+      // A peer that has all it needs from this call may finish and close; that is a
+      // failure only if this call still owes it data (a later call finds out anyway).
+      if (owesSends) fail(ErrorKind::PeerClosed, cs, op, 0, "connection closed by the peer");
+      cs.parked = true;
+      return;
+    }
     if (static_cast<size_t>(n) < wire::kHeaderSize) {
       cs.parked = true;  // a header on its way; judged when it is read
       return;
@@ -384,10 +393,12 @@ class Run {
   }
 
   [[noreturn]] void failAbortMessage(ChanState& cs, const Op& op, const wire::MessageHeader& h) {
+    // The culprit field is a hint from the peer: only a rank of this world counts.
+    abortCulprit_ = h.fingerprint < static_cast<uint32_t>(ctx_.worldSize)
+                        ? static_cast<int>(h.fingerprint)
+                        : -1;
     std::string why = "rank " + std::to_string(cs.ch->peer) + " aborted the communicator";
-    if (h.fingerprint != wire::kNoCulprit)
-      why += " (culprit rank " + std::to_string(h.fingerprint) + ")";
-    abortCulprit_ = h.fingerprint == wire::kNoCulprit ? -1 : static_cast<int>(h.fingerprint);
+    if (abortCulprit_ >= 0) why += " (culprit rank " + std::to_string(abortCulprit_) + ")";
     fail(ErrorKind::Aborted, cs, op, 0, why);
   }
 
