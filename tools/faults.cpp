@@ -420,12 +420,24 @@ std::vector<std::string> baseArgs(const FaultsConfig& c, const std::string& mode
 
 std::string algoText(const FaultsConfig& c) { return std::string(toString(c.algo)); }
 
+// "reduce-scatter:3#2" -> "reduce-scatter step 3 of all-reduce #2"; "start#1" -> "the
+// start of all-reduce #1".
+std::string atText(const std::string& at) {
+  const auto hash = at.find('#');
+  const std::string where = at.substr(0, hash);
+  const std::string seq = hash == std::string::npos ? "" : " #" + at.substr(hash + 1);
+  if (where == "start") return "the start of all-reduce" + (seq.empty() ? " #0" : seq);
+  const auto colon = where.rfind(':');
+  return where.substr(0, colon) + " step " + where.substr(colon + 1) +
+         (seq.empty() ? "" : " of all-reduce" + seq);
+}
+
 Scenario killScenario(const FaultsConfig& c, int r, const std::string& at) {
   Scenario s;
   s.name = "kill";
   s.culprit = r;
   s.faultEnv = "exit@" + at;
-  s.injected = "rank " + std::to_string(r) + " exits at " + algoText(c) + " " + at +
+  s.injected = "rank " + std::to_string(r) + " exits at " + algoText(c) + " " + atText(at) +
                " (TCCL_FAULT=" + s.faultEnv + ")";
   s.expect = ErrorKind::PeerClosed;
   s.boundMs = c.timeoutMs / 2;
@@ -443,8 +455,8 @@ Scenario stopScenario(const FaultsConfig& c, int r, const std::optional<std::str
   s.culpritLingers = true;
   if (at) {
     s.faultEnv = "stop@" + *at;
-    s.injected = "rank " + std::to_string(r) + " SIGSTOPs itself at " + algoText(c) + " " + *at +
-                 " (TCCL_FAULT=" + s.faultEnv + ")";
+    s.injected = "rank " + std::to_string(r) + " SIGSTOPs itself at " + algoText(c) + " " +
+                 atText(*at) + " (TCCL_FAULT=" + s.faultEnv + ")";
     s.workerArgs = baseArgs(c, "loop", r, 3);
   } else {
     s.stopAtCall = 2;
