@@ -1,0 +1,600 @@
+// _tccl_torch: tccl as a torch.distributed backend for Debian's torch 1.13
+// (python/tccl/torch_backend.py registers it as "tccl"; docs/python.md).
+//
+// - Rendezvous goes through the store torch hands the backend (TorchStore below
+//   adapts c10d::Store to tccl::Store), so init_process_group's env:// or tcp://
+//   set-up is all a user needs.
+// - Every operation is issued as tccl's asynchronous form and returns a TcclWork
+//   whose future (getFuture) completes on tccl's progress thread, in issue order;
+//   DistributedDataParallel's reducer chains its callbacks on it.
+// - Tensors are used in place (CPU, strided, contiguous). Reductions need one of
+//   tccl's element types; operations that only move data (broadcast, gathers,
+//   scatters, all-to-all, send/recv) move any other element type as bytes.
+// - The list forms (allgather into N tensors, reduce_scatter of N tensors, ...) go
+//   through one flat scratch tensor: packed before the call, unpacked by the
+//   completion callback before the work counts as completed.
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
+#include <vector>
+
+#include "tccl/communicator.hpp"
+#include "tccl/error.hpp"
+#include "tccl/store.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+[[noreturn]] void invalid(const std::string& msg, int rank) {
+  tccl::throwError(tccl::ErrorKind::InvalidArgument, "tccl (torch backend): " + msg, rank);
+}
+
+// ---- the store --------------------------------------------------------------------------
+
+// tccl::Store over torch's c10d::Store: a torch failure becomes a tccl StoreError (or
+// TimeoutError when torch says it timed out), so tccl's error path stays uniform.
+class TorchStore final : public tccl::Store {
+ public:
+  explicit TorchStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
+    timeout_ = store_->getTimeout();
+  }
+  void set(const std::string& key, const tccl::Bytes& value) override {
+    guard("set", key, [&] { store_->set(key, value); });
+  }
+  tccl::Bytes get(const std::string& key) override {
+    return guard("get", key, [&] { return store_->get(key); });
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return guard("add", key, [&] { return store_->add(key, delta); });
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    return guard("check", keys.empty() ? "" : keys[0], [&] { return store_->check(keys); });
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    // tccl: a non-positive timeout waits forever; torch spells that kNoTimeout.
+    const Millis t = timeout.count() <= 0 ? c10d::Store::kNoTimeout : timeout;
+    guard("wait", keys.empty() ? "" : keys[0], [&] { store_->wait(keys, t); });
+  }
+  bool erase(const std::string& key) override {
+    return guard("erase", key, [&] { return store_->deleteKey(key); });
+  }
+  using tccl::Store::wait;
+
+ private:
+  template <typename Fn>
+  auto guard(const char* what, const std::string& key, Fn&& fn) -> decltype(fn()) {
+    std::string msg;
+    try {
+      return fn();
+    } catch (const tccl::Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      msg = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    const bool timedOut =
+        msg.find("imeout") != std::string::npos || msg.find("timed out") != std::string::npos;
+    tccl::throwError(timedOut ? tccl::ErrorKind::Timeout : tccl::ErrorKind::Store,
+                     std::string("torch store ") + what + "('" + key + "'): " + msg);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// ---- tensors --------------------------------------------------------------------------
+
+std::optional<tccl::DataType> tcclType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return tccl::DataType::Float32;
+    case at::kDouble:
+      return tccl::DataType::Float64;
+    case at::kHalf:
+      return tccl::DataType::Float16;
+    case at::kBFloat16:
+      return tccl::DataType::BFloat16;
+    case at::kInt:
+      return tccl::DataType::Int32;
+    case at::kLong:
+      return tccl::DataType::Int64;
+    case at::kChar:
+      return tccl::DataType::Int8;
+    case at::kByte:
+      return tccl::DataType::UInt8;
+    default:
+      return std::nullopt;
+  }
+}
+
+// What tccl is handed for one tensor.
+struct Flat {
+  void* data = nullptr;
+  size_t count = 0;
+  tccl::DataType dtype = tccl::DataType::UInt8;
+};
+
+void checkUsable(const at::Tensor& t, const char* what, int rank) {
+  if (!t.defined()) invalid(std::string(what) + " is undefined", rank);
+  if (!t.device().is_cpu())
+    invalid(std::string(what) + " is on " + t.device().str() + "; tccl moves CPU tensors", rank);
+  if (t.layout() != at::kStrided) invalid(std::string(what) + " is not a dense tensor", rank);
+}
+
+void checkContiguous(const at::Tensor& t, const char* what, int rank) {
+  if (!t.is_contiguous()) {
+    invalid(std::string(what) +
+                " is not contiguous; tccl works in place on contiguous tensors (call "
+                ".contiguous() and copy the result back)",
+            rank);
+  }
+}
+
+// For reductions: the element type must be one tccl reduces.
+Flat forReduce(const at::Tensor& t, const char* what, int rank) {
+  checkUsable(t, what, rank);
+  checkContiguous(t, what, rank);
+  auto dt = tcclType(t.scalar_type());
+  if (!dt) {
+    invalid(std::string(what) + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+                ", which tccl cannot reduce (float32, float64, float16, bfloat16, int32, "
+                "int64, int8, uint8)",
+            rank);
+  }
+  return {t.data_ptr(), static_cast<size_t>(t.numel()), *dt};
+}
+
+// For data movement: any element type, as bytes when tccl has no name for it.
+Flat forMove(const at::Tensor& t, const char* what, int rank) {
+  checkUsable(t, what, rank);
+  checkContiguous(t, what, rank);
+  if (auto dt = tcclType(t.scalar_type()))
+    return {t.data_ptr(), static_cast<size_t>(t.numel()), *dt};
+  return {t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(), tccl::DataType::UInt8};
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op, int rank) {
+  if (tensors.size() != 1) {
+    invalid(
+        std::string(op) + " takes one tensor per process, got " + std::to_string(tensors.size()),
+        rank);
+  }
+  return tensors[0];
+}
+
+void sameShape(const at::Tensor& a, const at::Tensor& b, const char* what, int rank) {
+  if (a.numel() != b.numel() || a.scalar_type() != b.scalar_type()) {
+    invalid(std::string(what) + ": every tensor needs " + std::to_string(b.numel()) +
+                " elements of " + std::string(c10::toString(b.scalar_type())) + ", got " +
+                std::to_string(a.numel()) + " of " + std::string(c10::toString(a.scalar_type())),
+            rank);
+  }
+}
+
+// N tensors packed into one flat tensor (a copy).
+at::Tensor pack(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// The inverse, into the given tensors (which may be views of anything).
+void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    const auto n = t.numel();
+    t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
+    offset += n;
+  }
+}
+
+tccl::ReduceOp tcclOp(const c10d::ReduceOp& op, int rank) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return tccl::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG:
+      return tccl::ReduceOp::Avg;
+    case c10d::ReduceOp::PRODUCT:
+      return tccl::ReduceOp::Prod;
+    case c10d::ReduceOp::MIN:
+      return tccl::ReduceOp::Min;
+    case c10d::ReduceOp::MAX:
+      return tccl::ReduceOp::Max;
+    default:
+      invalid("reduce op " + std::to_string(static_cast<int>(op.op_)) +
+                  " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)",
+              rank);
+  }
+}
+
+tccl::CollectiveOptions callOptions(Millis timeout) {
+  tccl::CollectiveOptions o;
+  if (timeout != c10d::kUnsetTimeout) o.timeout = timeout;
+  return o;
+}
+
+// ---- work ---------------------------------------------------------------------------------
+
+// A tccl Work as a c10d Work. The completion callback (tccl's progress thread) unpacks
+// scratch results, then completes the future; tccl counts the work completed only
+// after its callbacks have run, so isCompleted() and wait() see the unpacked results.
+class TcclWork final : public c10d::Work {
+ public:
+  TcclWork(int rank, c10d::OpType type, tccl::WorkPtr work, std::vector<at::Tensor> outputs,
+           std::vector<at::Tensor> keepAlive, std::function<void()> unpackResults)
+      : c10d::Work(rank, type),
+        work_(std::move(work)),
+        outputs_(std::move(outputs)),
+        keepAlive_(std::move(keepAlive)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))),
+        unpackError_(std::make_shared<UnpackError>()) {
+    // The callback holds what it needs, never this Work: the c10d Work may be dropped
+    // before the collective finishes.
+    tccl::Work* raw = work_.get();
+    work_->onComplete([raw, future = future_, outputs = outputs_, unpack = std::move(unpackResults),
+                       unpackError = unpackError_](const tccl::Error* error) {
+      std::exception_ptr e;
+      if (error) {
+        e = raw->exception();
+      } else if (unpack) {
+        try {
+          unpack();
+        } catch (...) {
+          e = std::current_exception();
+          std::lock_guard<std::mutex> lk(unpackError->mu);
+          unpackError->error = e;
+        }
+      }
+      if (e)
+        future->setError(e);
+      else
+        future->markCompleted(c10::IValue(outputs));
+    });
+  }
+
+  bool isCompleted() override { return work_->isCompleted(); }
+  bool isSuccess() const override { return work_->isCompleted() && !exception(); }
+  std::exception_ptr exception() const override {
+    if (auto e = work_->exception()) return e;
+    std::lock_guard<std::mutex> lk(unpackError_->mu);
+    return unpackError_->error;
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout)
+      work_->wait();
+    else
+      work_->wait(timeout);
+    if (auto e = exception()) std::rethrow_exception(e);
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  struct UnpackError {
+    std::mutex mu;
+    std::exception_ptr error;
+  };
+  tccl::WorkPtr work_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepAlive_;  // inputs and scratch, until the work is dropped
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<UnpackError> unpackError_;
+};
+
+// ---- the process group ----------------------------------------------------------------
+
+class ProcessGroupTccl final : public c10d::ProcessGroup {
+ public:
+  ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Millis timeout,
+                   const std::string& listenAddress)
+      : c10d::ProcessGroup(rank, size) {
+    tccl::CommOptions o;
+    o.timeout = timeout;
+    o.listenAddress = listenAddress;
+    comm_ =
+        std::make_unique<tccl::Communicator>(std::make_shared<TorchStore>(store), rank, size, o);
+    init();
+  }
+  // Destroying the communicator waits for its progress thread: not with the GIL held.
+  ~ProcessGroupTccl() override {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      comm_.reset();
+    }
+  }
+
+  const std::string getBackendName() const override { return "tccl"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    const auto& t = single(tensors, "broadcast", rank_);
+    if (opts.rootTensor != 0) invalid("broadcast: rootTensor must be 0", rank_);
+    const Flat f = forMove(t, "broadcast tensor", rank_);
+    auto w = comm_->broadcastAsync(f.data, f.data, f.count, f.dtype,
+                                   static_cast<int>(opts.rootRank), callOptions(opts.timeout));
+    return make(c10d::OpType::BROADCAST, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    const auto& t = single(tensors, "allreduce", rank_);
+    const Flat f = forReduce(t, "allreduce tensor", rank_);
+    auto w = comm_->allreduceAsync(f.data, f.data, f.count, f.dtype, tcclOp(opts.reduceOp, rank_),
+                                   callOptions(opts.timeout));
+    return make(c10d::OpType::ALLREDUCE, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    if (tensors.empty()) invalid("allreduce_coalesced: no tensors", rank_);
+    for (const auto& t : tensors) {
+      forReduce(t, "allreduce_coalesced tensor", rank_);
+      if (t.scalar_type() != tensors[0].scalar_type())
+        invalid("allreduce_coalesced: tensors of different dtypes", rank_);
+    }
+    at::Tensor flat = pack(tensors);
+    const Flat f = forReduce(flat, "scratch", rank_);
+    auto w = comm_->allreduceAsync(f.data, f.data, f.count, f.dtype, tcclOp(opts.reduceOp, rank_),
+                                   callOptions(opts.timeout));
+    return make(c10d::OpType::ALLREDUCE_COALESCED, std::move(w), tensors, {flat},
+                [flat, tensors] { unpack(flat, tensors); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    const auto& t = single(tensors, "reduce", rank_);
+    if (opts.rootTensor != 0) invalid("reduce: rootTensor must be 0", rank_);
+    const Flat f = forReduce(t, "reduce tensor", rank_);
+    auto w = comm_->reduceAsync(f.data, f.data, f.count, f.dtype, tcclOp(opts.reduceOp, rank_),
+                                static_cast<int>(opts.rootRank), callOptions(opts.timeout));
+    return make(c10d::OpType::REDUCE, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    const auto& in = single(inputs, "allgather", rank_);
+    if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_))
+      invalid("allgather: expected one list of " + std::to_string(size_) + " outputs", rank_);
+    for (const auto& o : outputs[0]) {
+      checkUsable(o, "allgather output", rank_);
+      sameShape(o, in, "allgather", rank_);
+    }
+    at::Tensor scratch = at::empty({size_ * in.numel()}, in.options());
+    const Flat f = forMove(in, "allgather input", rank_);
+    const Flat s = forMove(scratch, "scratch", rank_);
+    auto w = comm_->allGatherAsync(f.data, s.data, f.count, f.dtype, callOptions(opts.timeout));
+    std::vector<at::Tensor> outs = outputs[0];
+    return make(c10d::OpType::ALLGATHER, std::move(w), outs, {in, scratch},
+                [scratch, outs] { unpack(scratch, outs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    if (output.scalar_type() != input.scalar_type() || output.numel() != size_ * input.numel()) {
+      invalid("_allgather_base: output needs world size x " + std::to_string(input.numel()) +
+                  " elements of the input's dtype",
+              rank_);
+    }
+    const Flat f = forMove(input, "allgather input", rank_);
+    const Flat o = forMove(output, "allgather output", rank_);
+    auto w = comm_->allGatherAsync(f.data, o.data, f.count, f.dtype, callOptions(opts.timeout));
+    return make(c10d::OpType::_ALLGATHER_BASE, std::move(w), {output}, {input});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    const auto& out = single(outputs, "reduce_scatter", rank_);
+    if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_))
+      invalid("reduce_scatter: expected one list of " + std::to_string(size_) + " inputs", rank_);
+    for (const auto& i : inputs[0]) {
+      checkUsable(i, "reduce_scatter input", rank_);
+      sameShape(i, out, "reduce_scatter", rank_);
+    }
+    at::Tensor scratch = pack(inputs[0]);
+    const Flat s = forReduce(scratch, "scratch", rank_);
+    const Flat o = forReduce(out, "reduce_scatter output", rank_);
+    auto w = comm_->reduceScatterAsync(s.data, o.data, o.count, o.dtype,
+                                       tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
+    return make(c10d::OpType::REDUCE_SCATTER, std::move(w), {out}, {scratch});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    if (output.scalar_type() != input.scalar_type() || input.numel() != size_ * output.numel()) {
+      invalid("_reduce_scatter_base: input needs world size x " + std::to_string(output.numel()) +
+                  " elements of the output's dtype",
+              rank_);
+    }
+    const Flat i = forReduce(input, "reduce_scatter input", rank_);
+    const Flat o = forReduce(output, "reduce_scatter output", rank_);
+    auto w = comm_->reduceScatterAsync(i.data, o.data, o.count, o.dtype,
+                                       tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
+    return make(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(w), {output}, {input});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override {
+    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() ||
+        input.numel() % size_ != 0) {
+      invalid(
+          "all_to_all_single: input and output need the same dtype and a number of "
+          "elements divisible by the world size",
+          rank_);
+    }
+    equalSplits(inputSplits, input);
+    equalSplits(outputSplits, output);
+    const Flat i = forMove(input, "all_to_all input", rank_);
+    const Flat o = forMove(output, "all_to_all output", rank_);
+    if (i.data == o.data && i.count > 0) invalid("all_to_all_single cannot run in place", rank_);
+    auto w =
+        comm_->allToAllAsync(i.data, o.data, i.count / size_, i.dtype, callOptions(opts.timeout));
+    return make(c10d::OpType::ALLTOALL_BASE, std::move(w), {output}, {input});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    if (inputs.size() != static_cast<size_t>(size_) || outputs.size() != inputs.size())
+      invalid("all_to_all: expected " + std::to_string(size_) + " inputs and outputs", rank_);
+    for (size_t p = 0; p < inputs.size(); ++p) {
+      checkUsable(inputs[p], "all_to_all input", rank_);
+      checkUsable(outputs[p], "all_to_all output", rank_);
+      sameShape(inputs[p], inputs[0], "all_to_all", rank_);
+      sameShape(outputs[p], inputs[0], "all_to_all", rank_);
+    }
+    at::Tensor in = pack(inputs);
+    at::Tensor out = at::empty_like(in);
+    const Flat i = forMove(in, "scratch", rank_);
+    const Flat o = forMove(out, "scratch", rank_);
+    auto w =
+        comm_->allToAllAsync(i.data, o.data, i.count / size_, i.dtype, callOptions(opts.timeout));
+    return make(c10d::OpType::ALLTOALL, std::move(w), outputs, {in, out},
+                [out, outputs] { unpack(out, outputs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    const auto& in = single(inputs, "gather", rank_);
+    const int root = static_cast<int>(opts.rootRank);
+    const Flat f = forMove(in, "gather input", rank_);
+    if (rank_ != root) {
+      auto w =
+          comm_->gatherAsync(f.data, nullptr, f.count, f.dtype, root, callOptions(opts.timeout));
+      return make(c10d::OpType::GATHER, std::move(w), {}, {in});
+    }
+    if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_))
+      invalid("gather: the root needs one list of " + std::to_string(size_) + " outputs", rank_);
+    for (const auto& o : outputs[0]) {
+      checkUsable(o, "gather output", rank_);
+      sameShape(o, in, "gather", rank_);
+    }
+    at::Tensor scratch = at::empty({size_ * in.numel()}, in.options());
+    const Flat s = forMove(scratch, "scratch", rank_);
+    auto w = comm_->gatherAsync(f.data, s.data, f.count, f.dtype, root, callOptions(opts.timeout));
+    std::vector<at::Tensor> outs = outputs[0];
+    return make(c10d::OpType::GATHER, std::move(w), outs, {in, scratch},
+                [scratch, outs] { unpack(scratch, outs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    const auto& out = single(outputs, "scatter", rank_);
+    const int root = static_cast<int>(opts.rootRank);
+    const Flat o = forMove(out, "scatter output", rank_);
+    at::Tensor scratch;
+    const void* send = nullptr;
+    if (rank_ == root) {
+      if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_))
+        invalid("scatter: the root needs one list of " + std::to_string(size_) + " inputs", rank_);
+      for (const auto& i : inputs[0]) {
+        checkUsable(i, "scatter input", rank_);
+        sameShape(i, out, "scatter", rank_);
+      }
+      scratch = pack(inputs[0]);
+      send = forMove(scratch, "scratch", rank_).data;
+    }
+    auto w = comm_->scatterAsync(send, o.data, o.count, o.dtype, root, callOptions(opts.timeout));
+    return make(c10d::OpType::SCATTER, std::move(w), {out}, {scratch});
+  }
+
+  // Tags are not carried: messages between two ranks match in the order they are issued.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int /*tag*/) override {
+    const auto& t = single(tensors, "send", rank_);
+    const Flat f = forMove(t, "send tensor", rank_);
+    auto w = comm_->sendAsync(f.data, f.count, f.dtype, dst);
+    return make(c10d::OpType::SEND, std::move(w), {}, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int /*tag*/) override {
+    const auto& t = single(tensors, "recv", rank_);
+    const Flat f = forMove(t, "recv tensor", rank_);
+    auto w = comm_->recvAsync(f.data, f.count, f.dtype, src);
+    return make(c10d::OpType::RECV, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    return make(c10d::OpType::BARRIER, comm_->barrierAsync(callOptions(opts.timeout)), {});
+  }
+
+  tccl::Communicator& communicator() { return *comm_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> make(c10d::OpType type, tccl::WorkPtr work,
+                                      std::vector<at::Tensor> outputs,
+                                      std::vector<at::Tensor> keepAlive = {},
+                                      std::function<void()> unpackResults = {}) {
+    return c10::make_intrusive<TcclWork>(rank_, type, std::move(work), std::move(outputs),
+                                         std::move(keepAlive), std::move(unpackResults));
+  }
+
+  void equalSplits(const std::vector<int64_t>& splits, const at::Tensor& t) const {
+    if (splits.empty()) return;
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t each = rows / size_;
+    if (static_cast<int>(splits.size()) != size_ || rows % size_ != 0) {
+      invalid("all_to_all_single: uneven splits are not supported", rank_);
+    }
+    for (int64_t s : splits) {
+      if (s != each) invalid("all_to_all_single: uneven splits are not supported", rank_);
+    }
+  }
+
+  std::unique_ptr<tccl::Communicator> comm_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_tccl_torch, m) {
+  m.doc() = "tccl as a torch.distributed backend (import tccl.torch_backend to register it)";
+  // The creator torch.distributed calls (through tccl/torch_backend.py): builds the
+  // communicator over torch's store, which waits for every rank, so without the GIL.
+  m.def(
+      "create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeoutMs,
+         const std::string& listenAddress) -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, Millis(timeoutMs),
+                                                     listenAddress);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
+      py::arg("listen_address") = "", py::call_guard<py::gil_scoped_release>());
+  // Byte counters of a tccl process group (None for any other backend).
+  m.def("stats", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> py::object {
+    auto* t = dynamic_cast<ProcessGroupTccl*>(pg.get());
+    if (t == nullptr) return py::none();
+    const auto total = t->communicator().stats().total();
+    py::dict d;
+    d["payload_sent"] = total.payloadSent;
+    d["payload_recv"] = total.payloadRecv;
+    d["wire_sent"] = total.wireSent;
+    d["wire_recv"] = total.wireRecv;
+    d["messages_sent"] = total.messagesSent;
+    d["messages_recv"] = total.messagesRecv;
+    return d;
+  });
+}

@@ -1,0 +1,564 @@
+"""tccl: collective communication over TCP, from Python.
+
+The API follows torch.distributed::
+
+    import numpy as np, tccl
+    tccl.init_process_group()                # TCCL_RANK/WORLD_SIZE/STORE or torchrun's variables
+    grad = np.ones(1024, dtype=np.float32)
+    tccl.all_reduce(grad, op=tccl.ReduceOp.AVG)   # in place, no copy
+    work = tccl.all_reduce(grad, async_op=True)   # returns a Work
+    work.wait()
+    tccl.stats()["total"]["payload_sent"]
+
+Arrays are numpy arrays, CPU torch tensors, or any C-contiguous writable object with the
+buffer protocol; they are used in place. Errors are tccl.Error subclasses carrying the
+failure's fields (kind, rank, culprit, collective, seq, step, ...). See docs/python.md.
+"""
+
+import datetime as _datetime
+import sys as _sys
+
+from . import _tccl
+from ._tccl import (  # noqa: F401  (re-exported)
+    Algorithm,
+    DataType,
+    FileStore,
+    HashStore,
+    PrefixStore,
+    ReduceOp,
+    Store,
+    TcpStore,
+    TcpStoreServer,
+)
+
+__all__ = [
+    "Algorithm", "DataType", "ReduceOp", "Store", "HashStore", "FileStore", "PrefixStore",
+    "TcpStore", "TcpStoreServer", "Communicator", "Work", "Error", "InvalidArgumentError",
+    "TimeoutError", "PeerClosedError", "ProtocolError", "MismatchError", "HandshakeError",
+    "StoreError", "SystemError", "AbortedError", "init_process_group", "destroy_process_group",
+    "is_initialized", "get_rank", "get_world_size", "default_communicator", "all_reduce",
+    "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
+    "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter", "send", "recv",
+    "isend", "irecv", "stats", "reset_stats", "last_call",
+]
+
+# ---- errors -----------------------------------------------------------------------------
+
+_FIELDS = (
+    "kind", "message", "rank", "peer", "peer_address", "collective", "seq", "algorithm",
+    "phase", "step", "steps", "bytes_moved", "bytes_expected", "elapsed_ms", "timeout_ms",
+    "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature",
+)
+
+
+class Error(RuntimeError):
+    """Base of every tccl error. str(e) is the full message; the fields are attributes.
+
+    kind: the ErrorKind name ("Timeout", "Mismatch", ...); message: the cause alone;
+    rank: this process's rank; peer / peer_address: the peer involved; collective, seq,
+    algorithm, phase, step, steps: where it failed; bytes_moved / bytes_expected,
+    elapsed_ms / timeout_ms: how far it got; culprit / culprit_address / detected_by: the
+    rank the survivors agree caused it; local_signature / remote_signature: the two calls
+    of a mismatch. A field that is unknown is None.
+    """
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        for f in _FIELDS:
+            setattr(self, f, None)
+
+    def fields(self):
+        """The fields as a dict."""
+        return {f: getattr(self, f) for f in _FIELDS}
+
+
+class InvalidArgumentError(Error, ValueError):
+    """Bad input from the caller: a count, dtype, rank, non-contiguous or read-only array."""
+
+
+class TimeoutError(Error):  # noqa: A001  (tccl.TimeoutError, as in the C++ API)
+    """A deadline passed (connect, handshake, store, send, receive)."""
+
+
+class PeerClosedError(Error):
+    """The peer's socket closed or reset."""
+
+
+class ProtocolError(Error):
+    """Bytes on the wire that do not decode, or do not match the schedule."""
+
+
+class MismatchError(Error):
+    """The peer runs a different collective (sequence number or signature differs)."""
+
+
+class HandshakeError(Error):
+    """A connection was refused during the handshake."""
+
+
+class StoreError(Error):
+    """The rendezvous store failed or refused."""
+
+
+class SystemError(Error):  # noqa: A001
+    """An OS call failed."""
+
+
+class AbortedError(Error):
+    """The communicator was aborted by an earlier error."""
+
+
+_ERROR_CLASSES = {
+    "InvalidArgument": InvalidArgumentError,
+    "Timeout": TimeoutError,
+    "PeerClosed": PeerClosedError,
+    "Protocol": ProtocolError,
+    "Mismatch": MismatchError,
+    "Handshake": HandshakeError,
+    "Store": StoreError,
+    "System": SystemError,
+    "Aborted": AbortedError,
+}
+_tccl._set_error_classes(_ERROR_CLASSES)
+
+# ---- arrays -----------------------------------------------------------------------------
+
+
+def _torch_tensor_type():
+    torch = _sys.modules.get("torch")  # never import torch just to check
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+def _as_buffer(x, what):
+    """(object with the buffer protocol sharing x's memory, dtype override or None)."""
+    tensor_type = _torch_tensor_type()
+    if tensor_type is not None and isinstance(x, tensor_type):
+        if x.device.type != "cpu":
+            raise InvalidArgumentError(f"tccl: {what} is on {x.device}; tccl moves CPU tensors")
+        if x.layout != _sys.modules["torch"].strided:
+            raise InvalidArgumentError(f"tccl: {what} is not a dense tensor")
+        if not x.is_contiguous():
+            raise InvalidArgumentError(
+                f"tccl: {what} is not contiguous; tccl works in place on contiguous tensors "
+                "(call .contiguous() and copy the result back)")
+        torch = _sys.modules["torch"]
+        t = x.detach()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: same bits as int16
+            return t.view(torch.int16).numpy(), DataType.BFLOAT16
+        if t.dim() == 0:
+            t = t.reshape(1)
+        return t.numpy(), None  # shares the tensor's storage
+    return x, None
+
+
+def _timeout_ms(timeout):
+    """None, seconds (int/float) or a datetime.timedelta -> milliseconds or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, _datetime.timedelta):
+        return int(timeout.total_seconds() * 1000)
+    return int(float(timeout) * 1000)
+
+
+def _algorithm(algorithm):
+    if algorithm is None:
+        return Algorithm.AUTO
+    if isinstance(algorithm, str):
+        return _tccl.parse_algorithm(algorithm)
+    return algorithm
+
+
+def _empty_like_flat(x, n):
+    """A new contiguous 1-D array or tensor of n elements of x's type."""
+    tensor_type = _torch_tensor_type()
+    if tensor_type is not None and isinstance(x, tensor_type):
+        return _sys.modules["torch"].empty(n, dtype=x.dtype)
+    import numpy
+
+    return numpy.empty(n, dtype=numpy.asarray(x).dtype)
+
+
+def _concat(arrays):
+    """The arrays packed into one new flat array (a copy)."""
+    tensor_type = _torch_tensor_type()
+    if tensor_type is not None and isinstance(arrays[0], tensor_type):
+        return _sys.modules["torch"].cat([a.reshape(-1) for a in arrays])
+    import numpy
+
+    return numpy.concatenate([numpy.asarray(a).reshape(-1) for a in arrays])
+
+
+def _split_into(flat, arrays):
+    """Copies consecutive blocks of flat into each of arrays."""
+    offset = 0
+    for a in arrays:
+        n = a.numel() if hasattr(a, "numel") else a.size
+        block = flat[offset:offset + n]
+        if hasattr(a, "copy_"):
+            a.copy_(block.reshape(a.shape))
+        else:
+            a[...] = block.reshape(a.shape)
+        offset += n
+
+
+# ---- works and communicators -----------------------------------------------------------------
+
+
+class Work:
+    """Handle of an asynchronous call. wait() rethrows the call's error.
+
+    The buffers stay in use until the call completes; dropping an unfinished Work waits
+    for it first.
+    """
+
+    def __init__(self, work, finish=None):
+        self._work = work
+        self._finish = finish
+
+    def wait(self, timeout=None):
+        """Blocks until done (or, with a timeout in seconds/timedelta, raises
+        tccl.TimeoutError if not done by then; the call goes on). Returns True."""
+        self._work.wait(_timeout_ms(timeout))
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+        return True
+
+    def is_completed(self):
+        return self._work.is_completed()
+
+    def is_success(self):
+        return self._work.is_success()
+
+    @property
+    def stats(self):
+        """The call's figures (algorithm, bytes, seconds, traffic) once completed, else None."""
+        return self._work.stats
+
+    @property
+    def seq(self):
+        return self._work.seq
+
+
+class Communicator:
+    """One rank's communicator: every rank builds one with the same store and world size.
+
+    Communicator(store, rank, world_size, timeout=None, name="default", listen_address="")
+    Communicator.from_env(): from TCCL_RANK/TCCL_WORLD_SIZE/TCCL_STORE or torchrun's
+    RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (docs/env.md).
+    """
+
+    def __init__(self, store, rank, world_size, timeout=None, name="default", listen_address="",
+                 segment_bytes=0, _impl=None):
+        if _impl is None:
+            _impl = _tccl._Communicator(store, rank, world_size, _timeout_ms(timeout), name,
+                                        listen_address, segment_bytes)
+        self._c = _impl
+
+    @classmethod
+    def from_env(cls, timeout=None, name="default", listen_address="", segment_bytes=0):
+        return cls(None, 0, 0, _impl=_tccl._Communicator.from_env(
+            _timeout_ms(timeout), name, listen_address, segment_bytes))
+
+    @property
+    def rank(self):
+        return self._c.rank
+
+    @property
+    def size(self):
+        return self._c.size
+
+    def get_rank(self):
+        return self._c.rank
+
+    def get_world_size(self):
+        return self._c.size
+
+    @property
+    def sequence(self):
+        """Number of collectives issued so far."""
+        return self._c.sequence
+
+    @property
+    def listen_address(self):
+        return self._c.listen_address
+
+    @property
+    def store(self):
+        """The store this communicator met its peers through (another communicator with a
+        different name may share it)."""
+        return self._c.store
+
+    def stats(self):
+        """Byte counters since construction: {"total": {...}, "per_peer": {rank: {...}}}."""
+        return self._c.stats()
+
+    def reset_stats(self):
+        self._c.reset_stats()
+
+    def last_call(self):
+        """What the last blocking call did: collective, algorithm, seq, bytes, seconds, traffic."""
+        return self._c.last_call()
+
+    def choose_allreduce_algorithm(self, nbytes):
+        """(algorithm name, why) that Auto would pick for an all-reduce of nbytes."""
+        return self._c.choose_allreduce_algorithm(nbytes)
+
+    @staticmethod
+    def _wrap(work, finish=None):
+        if work is None:
+            if finish is not None:
+                finish()
+            return None
+        return Work(work, finish)
+
+    # -- collectives (torch.distributed's names and argument order) --
+
+    def all_reduce(self, tensor, op=ReduceOp.SUM, async_op=False, *, timeout=None,
+                   algorithm=None):
+        """In place: tensor = op over ranks of tensor."""
+        b, dt = _as_buffer(tensor, "tensor")
+        return self._wrap(self._c.allreduce(b, None, op, async_op, _timeout_ms(timeout),
+                                            _algorithm(algorithm), dt))
+
+    def reduce_scatter(self, output, input, op=ReduceOp.SUM, async_op=False, *, timeout=None):
+        """output = op over ranks of block `rank` of input. input: a flat array of
+        world_size x len(output) elements, or a list of world_size arrays (packed: a copy)."""
+        if isinstance(input, (list, tuple)):
+            input = _concat(input)
+        ob, dt = _as_buffer(output, "output")
+        ib, _ = _as_buffer(input, "input")
+        return self._wrap(self._c.reduce_scatter(ib, ob, op, async_op, _timeout_ms(timeout),
+                                                 Algorithm.AUTO, dt))
+
+    def reduce_scatter_tensor(self, output, input, op=ReduceOp.SUM, async_op=False, *,
+                              timeout=None):
+        return self.reduce_scatter(output, input, op, async_op, timeout=timeout)
+
+    def all_gather(self, output, input, async_op=False, *, timeout=None):
+        """output = every rank's input, in rank order. output: a flat array of world_size x
+        len(input) elements, or a list of world_size arrays (filled from a scratch copy)."""
+        ib, dt = _as_buffer(input, "input")
+        finish = None
+        if isinstance(output, (list, tuple)):
+            outputs = output
+            n = input.numel() if hasattr(input, "numel") else input.size
+            output = _empty_like_flat(input, n * self.size)
+
+            def finish():
+                _split_into(output, outputs)
+
+        ob, _ = _as_buffer(output, "output")
+        return self._wrap(self._c.all_gather(ib, ob, async_op, _timeout_ms(timeout),
+                                             Algorithm.AUTO, dt), finish)
+
+    def all_gather_into_tensor(self, output, input, async_op=False, *, timeout=None):
+        return self.all_gather(output, input, async_op, timeout=timeout)
+
+    def broadcast(self, tensor, src=0, async_op=False, *, timeout=None, algorithm=None):
+        """In place: every rank's tensor = src's tensor."""
+        b, dt = _as_buffer(tensor, "tensor")
+        return self._wrap(self._c.broadcast(b, src, async_op, _timeout_ms(timeout),
+                                            _algorithm(algorithm), dt))
+
+    def reduce(self, tensor, dst=0, op=ReduceOp.SUM, async_op=False, *, timeout=None):
+        """In place at dst: tensor = op over ranks of tensor (others' tensors unchanged)."""
+        b, dt = _as_buffer(tensor, "tensor")
+        return self._wrap(self._c.reduce(b, dst, op, async_op, _timeout_ms(timeout),
+                                         Algorithm.AUTO, dt))
+
+    def barrier(self, async_op=False, *, timeout=None):
+        return self._wrap(self._c.barrier(async_op, _timeout_ms(timeout)))
+
+    def all_to_all_single(self, output, input, async_op=False, *, timeout=None):
+        """Block p of output = rank p's block `rank` of input (equal blocks)."""
+        ib, dt = _as_buffer(input, "input")
+        ob, _ = _as_buffer(output, "output")
+        return self._wrap(self._c.all_to_all(ib, ob, async_op, _timeout_ms(timeout), dt))
+
+    def gather(self, tensor, gather_list=None, dst=0, async_op=False, *, timeout=None):
+        """At dst, gather_list receives every rank's tensor: a flat array of world_size x
+        len(tensor) elements, or a list of world_size arrays."""
+        ib, dt = _as_buffer(tensor, "tensor")
+        finish = None
+        ob = None
+        if self.rank == dst:
+            if gather_list is None:
+                raise InvalidArgumentError("tccl: gather needs gather_list at the destination")
+            flat = gather_list
+            if isinstance(gather_list, (list, tuple)):
+                outputs = gather_list
+                n = tensor.numel() if hasattr(tensor, "numel") else tensor.size
+                flat = _empty_like_flat(tensor, n * self.size)
+
+                def finish():
+                    _split_into(flat, outputs)
+
+            ob, _ = _as_buffer(flat, "gather_list")
+        return self._wrap(self._c.gather(ib, ob, dst, async_op, _timeout_ms(timeout), dt),
+                          finish)
+
+    def scatter(self, tensor, scatter_list=None, src=0, async_op=False, *, timeout=None):
+        """tensor = block `rank` of src's scatter_list (flat, or a list of world_size arrays)."""
+        ob, dt = _as_buffer(tensor, "tensor")
+        inp = None
+        if self.rank == src:
+            if scatter_list is None:
+                raise InvalidArgumentError("tccl: scatter needs scatter_list at the source")
+            if isinstance(scatter_list, (list, tuple)):
+                scatter_list = _concat(scatter_list)
+            inp, _ = _as_buffer(scatter_list, "scatter_list")
+        return self._wrap(self._c.scatter(inp, ob, src, async_op, _timeout_ms(timeout), dt))
+
+    def send(self, tensor, dst, *, timeout=None):
+        b, dt = _as_buffer(tensor, "tensor")
+        self._c.send(b, dst, False, _timeout_ms(timeout), dt)
+
+    def recv(self, tensor, src, *, timeout=None):
+        b, dt = _as_buffer(tensor, "tensor")
+        self._c.recv(b, src, False, _timeout_ms(timeout), dt)
+
+    def isend(self, tensor, dst, *, timeout=None):
+        b, dt = _as_buffer(tensor, "tensor")
+        return self._wrap(self._c.send(b, dst, True, _timeout_ms(timeout), dt))
+
+    def irecv(self, tensor, src, *, timeout=None):
+        b, dt = _as_buffer(tensor, "tensor")
+        return self._wrap(self._c.recv(b, src, True, _timeout_ms(timeout), dt))
+
+
+# ---- the default communicator (torch.distributed-style functions) ----------------------------
+
+_default = None
+
+
+def init_process_group(store=None, rank=None, world_size=None, *, timeout=None, name="default",
+                       listen_address=""):
+    """Creates the default communicator.
+
+    With no store: from the environment (TCCL_RANK, TCCL_WORLD_SIZE, TCCL_STORE, else
+    torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). With a store: rank and
+    world_size are required. timeout: seconds or a timedelta (default: TCCL_TIMEOUT_MS or
+    300 s). Returns the Communicator.
+    """
+    global _default
+    if _default is not None:
+        raise InvalidArgumentError("tccl: init_process_group called twice "
+                                   "(call destroy_process_group first)")
+    if store is None:
+        if rank is not None or world_size is not None:
+            raise InvalidArgumentError("tccl: rank and world_size need a store "
+                                       "(or set them in the environment)")
+        _default = Communicator.from_env(timeout=timeout, name=name,
+                                         listen_address=listen_address)
+    else:
+        if rank is None or world_size is None:
+            raise InvalidArgumentError("tccl: a store needs rank and world_size")
+        _default = Communicator(store, rank, world_size, timeout=timeout, name=name,
+                                listen_address=listen_address)
+    return _default
+
+
+def destroy_process_group():
+    """Drops the default communicator (it closes once its pending Works are gone too)."""
+    global _default
+    _default = None
+
+
+def is_initialized():
+    return _default is not None
+
+
+def default_communicator():
+    if _default is None:
+        raise InvalidArgumentError("tccl: call tccl.init_process_group() first")
+    return _default
+
+
+def get_rank():
+    return default_communicator().rank
+
+
+def get_world_size():
+    return default_communicator().size
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, async_op=False, **kw):
+    return default_communicator().all_reduce(tensor, op, async_op, **kw)
+
+
+def reduce_scatter(output, input, op=ReduceOp.SUM, async_op=False, **kw):
+    return default_communicator().reduce_scatter(output, input, op, async_op, **kw)
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, async_op=False, **kw):
+    return default_communicator().reduce_scatter(output, input, op, async_op, **kw)
+
+
+def all_gather(output, input, async_op=False, **kw):
+    return default_communicator().all_gather(output, input, async_op, **kw)
+
+
+def all_gather_into_tensor(output, input, async_op=False, **kw):
+    return default_communicator().all_gather(output, input, async_op, **kw)
+
+
+def broadcast(tensor, src=0, async_op=False, **kw):
+    return default_communicator().broadcast(tensor, src, async_op, **kw)
+
+
+def reduce(tensor, dst=0, op=ReduceOp.SUM, async_op=False, **kw):
+    return default_communicator().reduce(tensor, dst, op, async_op, **kw)
+
+
+def barrier(async_op=False, **kw):
+    return default_communicator().barrier(async_op, **kw)
+
+
+def all_to_all_single(output, input, async_op=False, **kw):
+    return default_communicator().all_to_all_single(output, input, async_op, **kw)
+
+
+def gather(tensor, gather_list=None, dst=0, async_op=False, **kw):
+    return default_communicator().gather(tensor, gather_list, dst, async_op, **kw)
+
+
+def scatter(tensor, scatter_list=None, src=0, async_op=False, **kw):
+    return default_communicator().scatter(tensor, scatter_list, src, async_op, **kw)
+
+
+def send(tensor, dst, **kw):
+    return default_communicator().send(tensor, dst, **kw)
+
+
+def recv(tensor, src, **kw):
+    return default_communicator().recv(tensor, src, **kw)
+
+
+def isend(tensor, dst, **kw):
+    return default_communicator().isend(tensor, dst, **kw)
+
+
+def irecv(tensor, src, **kw):
+    return default_communicator().irecv(tensor, src, **kw)
+
+
+def stats():
+    """The default communicator's byte counters (see Communicator.stats)."""
+    return default_communicator().stats()
+
+
+def reset_stats():
+    default_communicator().reset_stats()
+
+
+def last_call():
+    return default_communicator().last_call()
+
+
+def register_torch_backend():
+    """Registers the "tccl" backend with torch.distributed (same as importing
+    tccl.torch_backend)."""
+    from . import torch_backend
+
+    torch_backend.register()

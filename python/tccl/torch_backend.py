@@ -1,0 +1,58 @@
+"""Registers tccl as the torch.distributed backend "tccl" (torch 1.13)::
+
+    import torch.distributed as dist
+    import tccl.torch_backend              # registers "tccl"
+    dist.init_process_group("tccl")        # env:// as with gloo: RANK, WORLD_SIZE, MASTER_*
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+
+Rendezvous uses the store torch creates for the group. CPU tensors only. See docs/python.md.
+"""
+
+import os
+import socket
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _tccl_torch
+
+BACKEND = "tccl"
+
+
+def _listen_address():
+    """The local address on the route to the store host (MASTER_ADDR or TCCL_STORE's host),
+    so that ranks on other hosts can reach this one; "" (loopback) on one host."""
+    host = os.environ.get("MASTER_ADDR", "")
+    store = os.environ.get("TCCL_STORE", "")
+    if not host and store:
+        host = store.rsplit(":", 1)[0].strip("[]")
+    if not host or host in ("localhost", "127.0.0.1", "::1"):
+        return ""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))  # no packet is sent: this only asks the routing table
+            return s.getsockname()[0]
+    except OSError:
+        return ""
+
+
+def _create(store, rank, world_size, timeout):
+    timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else -1
+    return _tccl_torch.create_process_group(store, rank, world_size, timeout_ms,
+                                            _listen_address())
+
+
+def register():
+    """Registers the backend once (idempotent)."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create)
+
+
+def stats(group=None):
+    """The byte counters of a tccl process group (default: the default group)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tccl_torch.stats(pg)
+
+
+register()

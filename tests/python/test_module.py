@@ -1,0 +1,346 @@
+"""The tccl module in one process: buffers, dtypes, errors, the GIL, async works, stores.
+
+Multi-rank cases run the ranks as threads of this process over a HashStore; they can
+only make progress if every call releases the GIL while it runs.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import tccl
+from tccl import _tccl
+
+
+def run_threads(world, fn, timeout=30.0, comm_timeout=10.0):
+    """fn(comm) on `world` ranks as threads; returns their results in rank order and
+    re-raises the first exception."""
+    store = tccl.HashStore()
+    results, errors = [None] * world, [None] * world
+
+    def body(rank):
+        try:
+            comm = tccl.Communicator(store, rank, world, timeout=comm_timeout)
+            results[rank] = fn(comm)
+        except BaseException as e:  # noqa: B902 - handed to the main thread
+            errors[rank] = e
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        assert not t.is_alive(), "a rank thread hung (is the GIL released during calls?)"
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+# ---- in place, no copies --------------------------------------------------------------------
+
+NUMPY_TYPES = ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]
+
+
+@pytest.mark.parametrize("dtype", NUMPY_TYPES)
+def test_numpy_all_reduce_in_place(dtype):
+    def fn(c):
+        a = np.arange(6, dtype=dtype) + c.rank
+        address = a.ctypes.data
+        assert c.all_reduce(a) is None
+        return a, address, a.ctypes.data
+
+    for a, before, after in run_threads(2, fn):
+        assert before == after
+        assert a.tolist() == [2 * i + 1 for i in range(6)]
+
+
+def test_views_are_reduced_in_place_in_the_parent_array():
+    def fn(c):
+        parent = np.zeros((3, 4), dtype=np.float32)
+        parent[1] = c.rank + 1
+        c.all_reduce(parent[1])  # a contiguous row view: writes through
+        return parent
+
+    for p in run_threads(2, fn):
+        assert p[1].tolist() == [3.0] * 4 and p[0].sum() == 0 and p[2].sum() == 0
+
+
+def test_torch_cpu_tensors_in_place():
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        out = {}
+        for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                   torch.int64, torch.int8, torch.uint8):
+            t = torch.arange(4, dtype=dt) + c.rank
+            ptr = t.data_ptr()
+            c.all_reduce(t)
+            assert t.data_ptr() == ptr
+            out[str(dt)] = t.tolist()
+        # requires_grad leaves are reduced through their data, as torch.distributed does
+        w = torch.ones(3, requires_grad=True)
+        c.all_reduce(w, op=tccl.ReduceOp.AVG)
+        out["grad_leaf"] = w.tolist()
+        s = torch.tensor(float(c.rank + 1))  # 0-d
+        c.all_reduce(s)
+        out["scalar"] = s.item()
+        return out
+
+    for out in run_threads(2, fn):
+        for key, values in out.items():
+            if key == "grad_leaf":
+                assert values == [1.0, 1.0, 1.0]
+            elif key == "scalar":
+                assert values == 3.0
+            else:
+                assert values == [1, 3, 5, 7], key
+
+
+def test_bfloat16_and_float16_round_to_nearest():
+    torch = pytest.importorskip("torch")
+
+    def fn(c):
+        t = torch.tensor([1.0, 0.1, 1000.0], dtype=torch.bfloat16)
+        c.all_reduce(t)
+        h = np.array([1.0, 0.1, 1000.0], dtype=np.float16)
+        c.all_reduce(h)
+        return t.float().tolist(), h.astype(np.float64).tolist()
+
+    for bf, f16 in run_threads(2, fn):
+        assert bf == torch.tensor([2.0, 0.2, 2000.0], dtype=torch.bfloat16).float().tolist()
+        assert f16 == np.array([2.0, 0.2, 2000.0], dtype=np.float16).astype(np.float64).tolist()
+
+
+# ---- what is refused, and how ------------------------------------------------------------------
+
+
+def one_rank():
+    return tccl.Communicator(tccl.HashStore(), 0, 1)
+
+
+@pytest.mark.parametrize("bad", [np.zeros(4, dtype=bool), np.zeros(4, dtype=np.complex64),
+                                 np.zeros(4, dtype=np.int16), np.zeros(4, dtype=np.uint32),
+                                 np.zeros(4, dtype=np.uint64), np.zeros(4, dtype=">f4")])
+def test_unsupported_dtypes_are_refused(bad):
+    with pytest.raises(tccl.InvalidArgumentError, match="unsupported element type") as e:
+        one_rank().all_reduce(bad)
+    assert e.value.kind == "InvalidArgument" and e.value.rank == 0
+    assert isinstance(e.value, ValueError) and isinstance(e.value, RuntimeError)
+
+
+def test_non_contiguous_is_refused():
+    a = np.zeros((4, 4), dtype=np.float32)
+    with pytest.raises(tccl.InvalidArgumentError, match="not contiguous"):
+        one_rank().all_reduce(a[:, 1])
+    with pytest.raises(tccl.InvalidArgumentError, match="not contiguous"):
+        one_rank().all_reduce(a.T)
+
+
+def test_non_contiguous_torch_is_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(tccl.InvalidArgumentError, match="not contiguous"):
+        one_rank().all_reduce(torch.zeros(4, 4).t())
+
+
+def test_read_only_is_refused_where_written_but_accepted_as_a_source():
+    ro = np.ones(4, dtype=np.float32)
+    ro.setflags(write=False)
+    c = one_rank()
+    with pytest.raises(tccl.InvalidArgumentError, match="read-only"):
+        c.all_reduce(ro)
+    with pytest.raises(tccl.InvalidArgumentError, match="read-only"):
+        c.all_gather(ro, np.ones(4, dtype=np.float32))
+    out = np.zeros(4, dtype=np.float32)
+    c.all_gather(out, ro)  # an input only needs to be readable
+    assert out.tolist() == [1.0] * 4
+    c.broadcast(ro, src=0)  # the root of a broadcast only reads
+
+
+def test_objects_without_the_buffer_protocol_are_a_type_error():
+    with pytest.raises(TypeError, match="buffer protocol"):
+        one_rank().all_reduce([1.0, 2.0])
+
+
+def test_size_mismatches_are_refused():
+    def fn(c):
+        with pytest.raises(tccl.InvalidArgumentError, match="expected 8"):
+            c.all_gather(np.zeros(7, dtype=np.float32), np.zeros(4, dtype=np.float32))
+        with pytest.raises(tccl.InvalidArgumentError, match="element types differ"):
+            c.all_gather(np.zeros(8, dtype=np.float64), np.zeros(4, dtype=np.float32))
+        with pytest.raises(tccl.InvalidArgumentError, match="expected 6"):
+            c.reduce_scatter(np.zeros(3, dtype=np.float32), np.zeros(5, dtype=np.float32))
+        return True
+
+    assert run_threads(2, fn) == [True, True]
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+FIELDS = ["kind", "message", "rank", "peer", "peer_address", "collective", "seq", "algorithm",
+          "phase", "step", "steps", "bytes_moved", "bytes_expected", "elapsed_ms", "timeout_ms",
+          "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature"]
+
+
+@pytest.mark.parametrize("kind,cls", [
+    ("InvalidArgument", tccl.InvalidArgumentError), ("Timeout", tccl.TimeoutError),
+    ("PeerClosed", tccl.PeerClosedError), ("Protocol", tccl.ProtocolError),
+    ("Mismatch", tccl.MismatchError), ("Handshake", tccl.HandshakeError),
+    ("Store", tccl.StoreError), ("System", tccl.SystemError), ("Aborted", tccl.AbortedError)])
+def test_each_error_kind_has_its_class_and_every_field(kind, cls):
+    with pytest.raises(cls) as e:
+        _tccl._raise_error(kind)
+    err = e.value
+    assert isinstance(err, tccl.Error) and isinstance(err, RuntimeError)
+    assert sorted(err.fields()) == sorted(FIELDS)
+    assert err.fields() == {
+        "kind": kind, "message": "synthetic", "rank": 1, "peer": 2,
+        "peer_address": "127.0.0.1:1234", "collective": "allreduce", "seq": 7,
+        "algorithm": "ring", "phase": "reduce-scatter", "step": 3, "steps": 7,
+        "bytes_moved": 100, "bytes_expected": 200, "elapsed_ms": 50, "timeout_ms": 40,
+        "culprit": 2, "culprit_address": "127.0.0.1:1234", "detected_by": 1,
+        "local_signature": "allreduce #7 f32 x4 sum",
+        "remote_signature": "broadcast #7 f32 x4 root 0"}
+    assert "allreduce #7" in str(err)  # the C++ what(), fields rendered
+
+
+def test_every_kind_is_mapped():
+    assert set(_tccl._error_kinds()) == set(tccl._ERROR_CLASSES)
+
+
+def test_a_real_timeout_carries_where_it_failed():
+    # Rank 1 never joins the all-reduce: rank 0 times out, with the facts.
+    done = threading.Event()
+
+    def fn(c):
+        if c.rank == 1:
+            done.wait(20)
+            return None
+        try:
+            c.all_reduce(np.ones(4, dtype=np.float32), timeout=0.3)
+        except tccl.TimeoutError as e:
+            return e
+        finally:
+            done.set()
+        return None
+
+    err = run_threads(2, fn)[0]
+    assert isinstance(err, tccl.TimeoutError), err
+    assert err.kind == "Timeout" and err.rank == 0 and err.collective == "allreduce"
+    assert err.seq == 0 and err.timeout_ms == 300 and err.elapsed_ms >= 300
+    assert err.peer == 1 or err.culprit == 1
+
+
+# ---- async works, threads, stats ---------------------------------------------------------
+
+
+def test_async_works_complete_in_order_and_keep_buffers_alive():
+    def fn(c):
+        works = []
+        for i in range(4):
+            # The arrays are referenced only by their Works: they must stay alive.
+            works.append((c.all_reduce(np.full(1000, i + c.rank, dtype=np.float64),
+                                       async_op=True)))
+        out = np.full(3, c.rank + 1, dtype=np.int32)
+        w = c.all_reduce(out, async_op=True, op=tccl.ReduceOp.MAX)
+        for x in works:
+            assert x.wait() is True
+            assert x.is_completed() and x.is_success()
+            assert x.stats["collective"] == "allreduce" and x.stats["bytes"] == 8000
+        w.wait(timeout=10)
+        seqs = [x.seq for x in works] + [w.seq]
+        return out.tolist(), seqs
+
+    for out, seqs in run_threads(2, fn):
+        assert out == [2, 2, 2]
+        assert seqs == sorted(seqs)
+
+
+def test_dropping_an_unfinished_work_waits_for_it():
+    def fn(c):
+        a = np.full(1 << 16, 1.0, dtype=np.float32)
+        w = c.all_reduce(a, async_op=True)
+        del w  # must not free the buffer under the running collective
+        c.barrier()
+        return a[0], a[-1]
+
+    assert run_threads(2, fn) == [(2.0, 2.0), (2.0, 2.0)]
+
+
+def test_other_python_threads_run_while_a_call_waits():
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            stop.wait(0.01)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+
+    def fn(c):
+        if c.rank == 1:
+            stop.wait(0.5)  # rank 0 sits in the all-reduce meanwhile
+        x = np.ones(2, dtype=np.float32)
+        c.all_reduce(x)
+        return x.tolist()
+
+    try:
+        assert run_threads(2, fn) == [[2.0, 2.0]] * 2
+    finally:
+        stop.set()
+        t.join()
+    assert len(ticks) >= 10
+
+
+def test_stats_count_the_bytes():
+    def fn(c):
+        c.reset_stats()
+        c.all_reduce(np.ones(1024, dtype=np.float32))
+        last = c.last_call()
+        return c.stats(), last
+
+    for total, last in run_threads(2, fn):
+        assert last["collective"] == "allreduce" and last["bytes"] == 4096 and last["seconds"] > 0
+        assert total["total"]["payload_sent"] >= 2048  # half of 4 KiB at least, world 2
+        assert total["total"]["wire_sent"] >= total["total"]["payload_sent"]
+        assert set(total["per_peer"]) <= {0, 1}
+
+
+def test_world_of_one_and_the_default_communicator():
+    assert not tccl.is_initialized()
+    tccl.init_process_group(tccl.HashStore(), 0, 1)
+    try:
+        assert tccl.get_rank() == 0 and tccl.get_world_size() == 1
+        x = np.arange(3, dtype=np.float32)
+        tccl.all_reduce(x)
+        assert x.tolist() == [0, 1, 2]
+        with pytest.raises(tccl.InvalidArgumentError, match="twice"):
+            tccl.init_process_group(tccl.HashStore(), 0, 1)
+    finally:
+        tccl.destroy_process_group()
+    with pytest.raises(tccl.InvalidArgumentError, match="init_process_group"):
+        tccl.get_rank()
+
+
+# ---- stores --------------------------------------------------------------------------------
+
+
+def test_tcp_store_from_python():
+    server = tccl.TcpStoreServer("127.0.0.1", 0)
+    try:
+        a = tccl.TcpStore("127.0.0.1", server.port)
+        b = tccl.PrefixStore("job", tccl.TcpStore("127.0.0.1", server.port))
+        a.set("k", b"v1")
+        assert a.get("k") == b"v1"
+        assert a.add("n", 5) == 5 and a.add("n", -2) == 3
+        b.set("x", "text")
+        assert a.get("job/x") == b"text"
+        assert a.check(["k", "n"]) and not a.check(["absent"])
+        with pytest.raises(tccl.TimeoutError):
+            a.wait(["absent"], timeout_ms=50)
+        assert a.erase("k") and not a.check(["k"])
+    finally:
+        server.stop()
