@@ -2,7 +2,7 @@
 # Installs the Debian packages tccl needs, only those missing (needs root or sudo).
 # Usage: scripts/deps.sh build|test
 set -euo pipefail
-want=(cmake ninja-build g++ make)
+want=(cmake ninja-build g++ make libssl-dev)  # libssl-dev: libcrypto for the handshake HMAC
 if [ "${1:-build}" = test ]; then
   want+=(libgtest-dev python3)  # python3: the CLI tests check JSON and SVG output with it
   # The Python package and torch backend (python/, tests/python): built when found.

@@ -13,7 +13,7 @@ namespace {
 constexpr int64_t kMaxFiniteTimeoutMs = int64_t{100} * 365 * 24 * 3600 * 1000;
 
 bool validCommand(uint8_t c) {
-  return c >= static_cast<uint8_t>(Command::Set) && c <= static_cast<uint8_t>(Command::Ping);
+  return c >= static_cast<uint8_t>(Command::Set) && c <= static_cast<uint8_t>(Command::Auth);
 }
 
 bool commandWaits(Command c) { return c == Command::Get || c == Command::Wait; }
@@ -44,6 +44,10 @@ class Writer {
     out_->insert(out_->end(), p, p + n);
   }
   void str(const std::string& s) { bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+  template <size_t N>
+  void fixed(const std::array<uint8_t, N>& a) {
+    out_->insert(out_->end(), a.begin(), a.end());
+  }
   void keys(const std::vector<std::string>& ks) {
     u32(static_cast<uint32_t>(ks.size()));
     for (const std::string& k : ks) str(k);
@@ -174,6 +178,14 @@ class Reader {
     }
     return true;
   }
+  // A fixed-size run of raw bytes (nonces, MACs: no length prefix).
+  template <size_t N>
+  bool fixed(const char* what, std::array<uint8_t, N>* a) {
+    if (left_ < N) return fail(std::string("body ends inside the ") + what);
+    std::memcpy(a->data(), p_, N);
+    advance(N);
+    return true;
+  }
   bool boolean(bool* v) {
     uint8_t b = 0;
     if (!u8(&b)) return false;
@@ -289,6 +301,10 @@ std::string_view toString(Command c) {
       return "ERASE";
     case Command::Ping:
       return "PING";
+    case Command::Hello:
+      return "HELLO";
+    case Command::Auth:
+      return "AUTH";
   }
   return "?";
 }
@@ -343,6 +359,8 @@ void encodeRequest(const Request& r, Bytes* out) {
       break;
     }
     case Command::Ping:
+    case Command::Hello:
+    case Command::Auth:
       break;
     default:
       throwError(ErrorKind::InvalidArgument,
@@ -373,6 +391,13 @@ void encodeRequest(const Request& r, Bytes* out) {
         w.str(r.key);
         break;
       case Command::Ping:
+        break;
+      case Command::Hello:
+        w.u8(r.hasKey ? 1 : 0);
+        w.fixed(r.nonce);
+        break;
+      case Command::Auth:
+        w.fixed(r.mac);
         break;
     }
   });
@@ -425,9 +450,15 @@ void encodeResponse(const Response& r, Bytes* out) {
       case Command::Erase:
         w.u8(r.flag ? 1 : 0);
         break;
+      case Command::Hello:
+        w.u8(r.hasKey ? 1 : 0);
+        w.fixed(r.nonce);
+        w.fixed(r.mac);
+        break;
       case Command::Set:
       case Command::Wait:
       case Command::Ping:
+      case Command::Auth:
         break;
     }
   });
@@ -462,6 +493,12 @@ DecodeResult decodeRequest(const uint8_t* data, size_t size, Request* out) {
       break;
     case Command::Ping:
       break;
+    case Command::Hello:
+      ok = rd.boolean(&q.hasKey) && rd.fixed("nonce", &q.nonce);
+      break;
+    case Command::Auth:
+      ok = rd.fixed("mac", &q.mac);
+      break;
   }
   DecodeResult r = finish(rd, ok, hr.consumed, "request", h.command);
   if (r.status == DecodeStatus::Ok) *out = std::move(q);
@@ -493,9 +530,13 @@ DecodeResult decodeResponse(const uint8_t* data, size_t size, Response* out) {
       case Command::Erase:
         ok = rd.boolean(&p.flag);
         break;
+      case Command::Hello:
+        ok = rd.boolean(&p.hasKey) && rd.fixed("nonce", &p.nonce) && rd.fixed("mac", &p.mac);
+        break;
       case Command::Set:
       case Command::Wait:
       case Command::Ping:
+      case Command::Auth:
         break;
     }
   }

@@ -9,8 +9,8 @@
 //
 //   offset size field
 //   0      1    magic     0xC5 request, 0xC6 response
-//   1      1    version   1
-//   2      1    command   1 SET, 2 GET, 3 ADD, 4 CHECK, 5 WAIT, 6 ERASE, 7 PING
+//   1      1    version   2
+//   2      1    command   1 SET, 2 GET, 3 ADD, 4 CHECK, 5 WAIT, 6 ERASE, 7 PING, 8 HELLO, 9 AUTH
 //   3      1    status    request: 0 (reserved); response: 0 OK, 1 TIMEOUT, 2 INVALID
 //   4      4    bodyLen   <= kMaxBodyBytes
 //
@@ -22,12 +22,20 @@
 //            CHECK keys                                     CHECK: u8 all exist (0/1)
 //            WAIT  i64 timeoutMs, keys                      ERASE: u8 existed (0/1)
 //            ERASE str key                      TIMEOUT (GET, WAIT): keys still missing
-//            PING  empty                        INVALID (any): str message
+//            PING  empty                                    HELLO: u8 has key, nonce[32], mac[32]
+//            HELLO u8 has key, nonce[32]                    AUTH: empty
+//            AUTH  mac[32]                      INVALID (any): str message
+//
+// HELLO and AUTH authenticate a connection (docs/security.md, auth/auth.hpp): the client
+// opens with HELLO and its nonce; a store with a key answers with its nonce and its MAC,
+// the client checks it and answers with AUTH and its own MAC. A store with a key serves
+// nothing else until AUTH succeeds; a store without one serves a client that skips HELLO.
 //
 // timeoutMs < 0 means "no timeout". A body must be consumed exactly; trailing bytes are
 // an error. docs/store.md has the same tables and the reasons behind them.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +51,7 @@ namespace tccl::storeproto {
 
 inline constexpr uint8_t kRequestMagic = 0xC5;
 inline constexpr uint8_t kResponseMagic = 0xC6;
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;  // 2: HELLO and AUTH
 inline constexpr size_t kHeaderBytes = 8;
 
 // Limits, shared by every store so that code moving between stores sees one contract.
@@ -62,30 +70,43 @@ enum class Command : uint8_t {
   Check = 4,
   Wait = 5,
   Erase = 6,
-  Ping = 7
+  Ping = 7,
+  Hello = 8,
+  Auth = 9,
 };
+inline constexpr size_t kNonceBytes = 32;
+inline constexpr size_t kMacBytes = 32;
+// The largest body of HELLO / AUTH in either direction: what an unauthenticated
+// connection may declare before the store closes it.
+inline constexpr size_t kMaxAuthBodyBytes = 1 + kNonceBytes + kMacBytes;
 enum class Status : uint8_t { Ok = 0, Timeout = 1, Invalid = 2 };
 std::string_view toString(Command c);
 std::string_view toString(Status s);
 
 struct Request {
   Command command = Command::Ping;
-  std::string key;                // SET GET ADD ERASE
-  Bytes value;                    // SET
-  int64_t delta = 0;              // ADD
-  int64_t timeoutMs = -1;         // GET WAIT; negative: no timeout
-  std::vector<std::string> keys;  // CHECK WAIT
+  std::string key;                           // SET GET ADD ERASE
+  Bytes value;                               // SET
+  int64_t delta = 0;                         // ADD
+  int64_t timeoutMs = -1;                    // GET WAIT; negative: no timeout
+  std::vector<std::string> keys;             // CHECK WAIT
+  bool hasKey = false;                       // HELLO
+  std::array<uint8_t, kNonceBytes> nonce{};  // HELLO
+  std::array<uint8_t, kMacBytes> mac{};      // AUTH
   bool operator==(const Request&) const = default;
 };
 
 struct Response {
   Command command = Command::Ping;
   Status status = Status::Ok;
-  Bytes value;                    // OK to GET
-  int64_t number = 0;             // OK to ADD: the new value
-  bool flag = false;              // OK to CHECK: all exist; OK to ERASE: existed
-  std::vector<std::string> keys;  // TIMEOUT: the keys still missing
-  std::string message;            // INVALID: why the request was refused
+  Bytes value;                               // OK to GET
+  int64_t number = 0;                        // OK to ADD: the new value
+  bool flag = false;                         // OK to CHECK: all exist; OK to ERASE: existed
+  std::vector<std::string> keys;             // TIMEOUT: the keys still missing
+  std::string message;                       // INVALID: why the request was refused
+  bool hasKey = false;                       // OK to HELLO
+  std::array<uint8_t, kNonceBytes> nonce{};  // OK to HELLO
+  std::array<uint8_t, kMacBytes> mac{};      // OK to HELLO (zeros without a key)
   bool operator==(const Response&) const = default;
 };
 

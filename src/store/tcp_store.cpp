@@ -11,6 +11,13 @@
 // TIMEOUT with the keys still missing. A connection that sends bytes that can never
 // decode is closed with a warning naming its address; nothing a client sends can stop
 // the server serving the others.
+//
+// Authentication (docs/security.md): with a job key (TCCL_AUTH_KEY), a connection is served
+// only after HELLO / AUTH prove the client holds the key; until then the server reads
+// nothing but those two small requests, and a connection that fails, sends anything else
+// or stays silent for kAuthGrace gets an INVALID reply naming the reason (where it can)
+// and is closed with a warning naming its address. The client checks the server's proof
+// too, so a rank never talks to another job's store.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -21,6 +28,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "auth/auth.hpp"
 #include "core/log.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
@@ -49,6 +57,12 @@ constexpr size_t kKeepCapacity = size_t{1} << 20;
 // The client waits this much longer than the timeout it sends, so that the server's
 // TIMEOUT reply (which names the missing keys) arrives before the client gives up.
 constexpr std::chrono::milliseconds kServerGrace{1000};
+// A connection that has not authenticated in this long is closed (a silent stranger must
+// not pin a descriptor forever).
+constexpr std::chrono::seconds kAuthGrace{30};
+
+constexpr char kKeyHint[] =
+    "set TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same for every process of the job";
 
 std::chrono::milliseconds elapsedSince(Deadline::Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start);
@@ -64,9 +78,23 @@ void releaseIfDrained(Bytes* buf, size_t* start) {
   }
 }
 
+// Where a connection is in its authentication.
+enum class AuthState {
+  Open,        // the server has no key: HELLO is optional, everything is served
+  AwaitHello,  // the server has a key: only HELLO is read
+  AwaitProof,  // challenge sent: only AUTH is read
+  Ready,       // authenticated (or served without a key)
+};
+
 struct Conn {
   net::Fd fd;
   std::string peer;  // "ip:port", for logs
+  AuthState auth = AuthState::Open;
+  Deadline authDeadline = Deadline::never();
+  auth::Transcript transcript;
+  // Refused: the INVALID reply is flushed, then the connection closes with this warning.
+  bool closing = false;
+  std::string closingWhy;
   Bytes in;
   size_t inStart = 0;  // in[inStart, size) is received but not yet decoded
   Bytes out;
@@ -83,8 +111,8 @@ struct Conn {
 
 class ServerLoop {
  public:
-  ServerLoop(int listenFd, int wakeFd, std::string name)
-      : listenFd_(listenFd), wakeFd_(wakeFd), name_(std::move(name)) {}
+  ServerLoop(int listenFd, int wakeFd, std::string name, auth::KeyPtr key)
+      : listenFd_(listenFd), wakeFd_(wakeFd), name_(std::move(name)), key_(std::move(key)) {}
 
   // Serves until the wake fd becomes readable.
   void run() {
@@ -109,7 +137,7 @@ class ServerLoop {
     pfds->push_back({listenFd_, POLLIN, 0});
     for (const auto& c : conns_) {
       short ev = POLLRDHUP;
-      if (!c->parked && c->pendingOut() < kMaxPendingOutput) ev |= POLLIN;
+      if (!c->parked && !c->closing && c->pendingOut() < kMaxPendingOutput) ev |= POLLIN;
       if (c->pendingOut() > 0) ev |= POLLOUT;
       pfds->push_back({c->fd.get(), ev, 0});
     }
@@ -126,6 +154,7 @@ class ServerLoop {
       if (rev != 0) guarded(*conns_[i], [&](Conn& c) { onEvents(c, rev, (*pfds)[i + 2].events); });
     }
     expireWaiters();
+    expireUnauthenticated();
     // Serve requests already buffered but not yet served: those pipelined behind a GET /
     // WAIT just answered, or held back while replies were backed up. poll() will not
     // report bytes already read, so loop until no connection makes progress.
@@ -160,6 +189,10 @@ class ServerLoop {
   int nextTimeoutMs() const {
     int t = -1;
     for (const auto& c : conns_) {
+      if (!c->authDeadline.isNever()) {
+        const int ms = c->authDeadline.pollTimeoutMs();
+        if (t < 0 || ms < t) t = ms;
+      }
       if (!c->parked || c->deadline.isNever()) continue;
       const int ms = c->deadline.pollTimeoutMs();
       if (t < 0 || ms < t) t = ms;
@@ -175,12 +208,21 @@ class ServerLoop {
       auto c = std::make_unique<Conn>();
       c->fd = std::move(fd);
       c->peer = from.toString();
+      if (key_) {
+        c->auth = AuthState::AwaitHello;
+        c->authDeadline = Deadline::after(kAuthGrace);
+      }
       TCCL_TRACE("store server " << name_ << ": connection from " << c->peer);
       conns_.push_back(std::move(c));
     }
   }
 
-  void closeConn(Conn& c, const std::string& warning) {
+  void closeConn(Conn& c, std::string warning) {
+    if (warning.empty() && (c.auth == AuthState::AwaitHello || c.auth == AuthState::AwaitProof)) {
+      warning = c.auth == AuthState::AwaitHello
+                    ? "closed before authenticating"
+                    : "closed during authentication (the client may hold a different key)";
+    }
     if (!warning.empty()) {
       TCCL_WARN("store server " << name_ << ": closing connection from " << c.peer << ": "
                                 << warning);
@@ -235,7 +277,12 @@ class ServerLoop {
   // Decodes and serves complete requests. Returns whether it consumed any.
   bool processInput(Conn& c) {
     bool progress = false;
-    while (!c.closed && !c.parked && c.pendingOut() < kMaxPendingOutput && c.pendingIn() > 0) {
+    while (!c.closed && !c.closing && !c.parked && c.pendingOut() < kMaxPendingOutput &&
+           c.pendingIn() > 0) {
+      if ((c.auth == AuthState::AwaitHello || c.auth == AuthState::AwaitProof) &&
+          !screenUnauthenticated(c)) {
+        return progress;
+      }
       Request req;
       storeproto::DecodeResult r =
           storeproto::decodeRequest(c.in.data() + c.inStart, c.pendingIn(), &req);
@@ -269,7 +316,125 @@ class ServerLoop {
     return out;
   }
 
+  // Judges the header bytes of an unauthenticated connection as they arrive: it may send
+  // only the one request its state expects, and only a small one. Returns false when
+  // the connection was refused.
+  bool screenUnauthenticated(Conn& c) {
+    const uint8_t* d = c.in.data() + c.inStart;
+    const size_t n = c.pendingIn();
+    // Bad magic or version: the decoder says so (and the connection closes).
+    if (n < 3 || d[0] != storeproto::kRequestMagic || d[1] != storeproto::kVersion) return true;
+    const Command expected = c.auth == AuthState::AwaitHello ? Command::Hello : Command::Auth;
+    if (d[2] != static_cast<uint8_t>(expected)) {
+      if (d[2] >= static_cast<uint8_t>(Command::Set) &&
+          d[2] <= static_cast<uint8_t>(Command::Auth)) {
+        refuse(c, static_cast<Command>(d[2]),
+               std::string("this store requires authentication: a connection must begin with "
+                           "HELLO and AUTH (") +
+                   kKeyHint + ")",
+               "sent " + std::string(storeproto::toString(static_cast<Command>(d[2]))) +
+                   " before authenticating");
+      } else {
+        closeConn(c, "unauthenticated connection sent an unknown command");
+      }
+      return false;
+    }
+    if (n >= storeproto::kHeaderBytes) {
+      uint32_t bodyLen = 0;
+      for (int i = 0; i < 4; ++i) bodyLen |= static_cast<uint32_t>(d[4 + i]) << (8 * i);
+      if (bodyLen > storeproto::kMaxAuthBodyBytes) {
+        closeConn(
+            c, "unauthenticated connection declared a " + std::to_string(bodyLen) + "-byte body");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Replies INVALID with `message`, then closes the connection with a warning once the
+  // reply is out.
+  void refuse(Conn& c, Command command, const std::string& message, const std::string& warning) {
+    Response resp;
+    resp.command = command;
+    resp.status = Status::Invalid;
+    resp.message = message;
+    reply(c, resp);
+    c.closing = true;
+    c.closingWhy = warning;
+  }
+
+  void onHello(Conn& c, const Request& req) {
+    if (c.auth != AuthState::Open && c.auth != AuthState::AwaitHello) {
+      Response resp;
+      resp.command = Command::Hello;
+      resp.status = Status::Invalid;
+      resp.message = "HELLO is only valid as the first request of a connection";
+      return reply(c, resp);
+    }
+    if (!key_) {
+      if (req.hasKey) {
+        return refuse(c, Command::Hello,
+                      "the client authenticates with a key but this store has none (" +
+                          std::string(kKeyHint) + ")",
+                      "the client has an auth key and this store has none");
+      }
+      Response resp;
+      resp.command = Command::Hello;
+      c.auth = AuthState::Ready;
+      return reply(c, resp);
+    }
+    if (!req.hasKey) {
+      return refuse(c, Command::Hello,
+                    "this store requires authentication and the client has no key (" +
+                        std::string(kKeyHint) + ")",
+                    "the client has no auth key");
+    }
+    c.transcript.protocol = auth::Protocol::Store;
+    c.transcript.diallerNonce = req.nonce;
+    c.transcript.acceptorNonce = auth::randomNonce();
+    Response resp;
+    resp.command = Command::Hello;
+    resp.hasKey = true;
+    resp.nonce = c.transcript.acceptorNonce;
+    resp.mac = auth::proof(*key_, auth::Role::Acceptor, c.transcript);
+    c.auth = AuthState::AwaitProof;
+    reply(c, resp);
+  }
+
+  void onAuth(Conn& c, const Request& req) {
+    if (c.auth != AuthState::AwaitProof) {
+      Response resp;
+      resp.command = Command::Auth;
+      resp.status = Status::Invalid;
+      resp.message = "AUTH is only valid after a HELLO challenge";
+      return reply(c, resp);
+    }
+    if (!auth::verify(*key_, auth::Role::Dialler, c.transcript, req.mac)) {
+      return refuse(c, Command::Auth,
+                    "authentication failed: the client's key differs from this store's "
+                    "(another job, or a wrong TCCL_AUTH_KEY)",
+                    "authentication failed (the client's key differs)");
+    }
+    c.auth = AuthState::Ready;
+    c.authDeadline = Deadline::never();
+    Response resp;
+    resp.command = Command::Auth;
+    reply(c, resp);
+  }
+
+  void expireUnauthenticated() {
+    for (auto& c : conns_) {
+      if (c->closed || c->authDeadline.isNever() || !c->authDeadline.expired()) continue;
+      c->authDeadline = Deadline::never();
+      if (c->auth == AuthState::Ready) continue;
+      closeConn(*c, "did not authenticate within " + std::to_string(kAuthGrace.count()) + " s");
+    }
+  }
+
   void serve(Conn& c, Request req) {
+    if (req.command == Command::Hello) return onHello(c, req);
+    if (req.command == Command::Auth) return onAuth(c, req);
+    c.auth = AuthState::Ready;  // only an Open connection gets here unauthenticated
     Response resp;
     resp.command = req.command;
     switch (req.command) {
@@ -317,6 +482,9 @@ class ServerLoop {
       case Command::Ping:
         reply(c, resp);
         return;
+      case Command::Hello:
+      case Command::Auth:
+        return;  // handled above
     }
   }
 
@@ -366,11 +534,13 @@ class ServerLoop {
       return closeConn(c, "send: " + net::errnoString(errno));
     }
     releaseIfDrained(&c.out, &c.outStart);
+    if (c.closing) closeConn(c, c.closingWhy);
   }
 
   const int listenFd_;
   const int wakeFd_;
   const std::string name_;
+  const auth::KeyPtr key_;
   std::vector<std::unique_ptr<Conn>> conns_;
   size_t parked_ = 0;
   std::unordered_map<std::string, Bytes> data_;
@@ -399,10 +569,15 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port)
   if (!impl_->wakeFd.valid()) {
     throwError(ErrorKind::System, "store server: eventfd: " + net::errnoString(errno));
   }
+  auth::KeyPtr key = auth::keyFromEnv();
   const std::string name = net::joinHostPort(host, impl_->port);
-  impl_->thread = std::thread([listenFd = impl_->listenFd.get(), wakeFd = impl_->wakeFd.get(),
-                               name] { ServerLoop(listenFd, wakeFd, name).run(); });
-  TCCL_INFO("store server listening on " << name);
+  TCCL_INFO("store server listening on "
+            << name
+            << (key ? " (clients must authenticate, key id " + key->id() + ")"
+                    : std::string(" (clients are not authenticated)")));
+  impl_->thread =
+      std::thread([listenFd = impl_->listenFd.get(), wakeFd = impl_->wakeFd.get(), name,
+                   key = std::move(key)] { ServerLoop(listenFd, wakeFd, name, key).run(); });
 }
 
 TcpStoreServer::~TcpStoreServer() { stop(); }
@@ -459,8 +634,9 @@ struct TcpStore::Impl {
     }
   }
 
-  // One request, one response. Caller holds mu.
-  Response roundTrip(const Request& req, Deadline deadline) {
+  // One request, one response. Caller holds mu. An INVALID reply throws, unless
+  // invalidThrows is false (the handshake reports it as a refusal).
+  Response roundTrip(const Request& req, Deadline deadline, bool invalidThrows = true) {
     if (!broken.empty()) {
       ErrorInfo info;
       info.kind = ErrorKind::Store;
@@ -495,7 +671,7 @@ struct TcpStore::Impl {
       fail(ErrorKind::Store, "reply to " + std::string(storeproto::toString(req.command)) +
                                  " is for " + std::string(storeproto::toString(resp.command)));
     }
-    if (resp.status == Status::Invalid) {
+    if (resp.status == Status::Invalid && invalidThrows) {
       ErrorInfo info;
       info.kind = ErrorKind::InvalidArgument;
       info.message = resp.message;
@@ -503,6 +679,54 @@ struct TcpStore::Impl {
       throwError(std::move(info));
     }
     return resp;
+  }
+
+  [[noreturn]] void handshakeFailure(const std::string& message) {
+    fd.reset();
+    broken = message;
+    ErrorInfo info;
+    info.kind = ErrorKind::Handshake;
+    info.message = "store handshake: " + message;
+    info.peerAddress = address;
+    throwError(std::move(info));
+  }
+
+  // HELLO (and with a key AUTH), the first requests on the connection: proves the
+  // listener speaks this protocol and version, and with a key that both ends hold it.
+  void handshake(const auth::KeyPtr& key, Deadline deadline) {
+    auth::Transcript t;
+    t.protocol = auth::Protocol::Store;
+    Request hello;
+    hello.command = Command::Hello;
+    hello.hasKey = key != nullptr;
+    if (key) {
+      t.diallerNonce = auth::randomNonce();
+      hello.nonce = t.diallerNonce;
+    }
+    Response resp = roundTrip(hello, deadline, /*invalidThrows=*/false);
+    if (resp.status == Status::Invalid) handshakeFailure("refused this client: " + resp.message);
+    if (!key) {
+      if (resp.hasKey) {
+        handshakeFailure("the store authenticates with a key and this process has none (" +
+                         std::string(kKeyHint) + ")");
+      }
+      return;
+    }
+    if (!resp.hasKey) {
+      handshakeFailure("the store does not authenticate and this process has a key (" +
+                       std::string(kKeyHint) + ")");
+    }
+    t.acceptorNonce = resp.nonce;
+    if (!auth::verify(*key, auth::Role::Acceptor, t, resp.mac)) {
+      handshakeFailure(
+          "authentication failed: the store does not hold this job's key (another job's "
+          "store, or a different TCCL_AUTH_KEY)");
+    }
+    Request proof;
+    proof.command = Command::Auth;
+    proof.mac = auth::proof(*key, auth::Role::Dialler, t);
+    resp = roundTrip(proof, deadline, /*invalidThrows=*/false);
+    if (resp.status == Status::Invalid) handshakeFailure("refused this client: " + resp.message);
   }
 
   // A non-waiting request: bounded by the store's timeout.
@@ -539,12 +763,9 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::chrono::millisec
   const Deadline deadline = storeproto::deadlineAfter(connectTimeout);
   impl_->fd = net::connectWithRetry(host, port, deadline);
   impl_->localIp = net::localAddress(impl_->fd.get()).ip();
-  // A PING proves the listener speaks this protocol and version before anyone relies
-  // on it.
-  Request ping;
-  ping.command = Command::Ping;
+  const auth::KeyPtr key = auth::keyFromEnv();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->roundTrip(ping, deadline);
+  impl_->handshake(key, deadline);
 }
 
 TcpStore::~TcpStore() = default;

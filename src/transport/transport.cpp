@@ -23,11 +23,15 @@ std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
 
 Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
     : cfg_(std::move(config)), store_(std::move(store)) {
+  if (cfg_.authKeyFromEnv) cfg_.authKey = auth::keyFromEnv();
   listener_ = net::listenOn(cfg_.listenAddress, 0);
   net::SockAddr a = net::localAddress(listener_.get());
   listenAddr_ = net::joinHostPort(a.ip(), a.port());
   store_->setString(addrKey(cfg_.rank), listenAddr_);
-  TCCL_INFO("listening on " << listenAddr_);
+  TCCL_INFO("listening on " << listenAddr_
+                            << (cfg_.authKey ? " (connections authenticated, key id " +
+                                                   cfg_.authKey->id() + ")"
+                                             : std::string(" (connections not authenticated)")));
 }
 
 Transport::~Transport() = default;
@@ -73,110 +77,263 @@ void Transport::closeAll() {
   pending_.clear();
 }
 
-void Transport::addChannel(int peer, net::Fd fd, const std::string& address) {
-  auto ch = std::make_unique<Channel>();
-  ch->peer = peer;
-  ch->address = address;
-  ch->fd = std::move(fd);
-  net::setBufferSizes(ch->fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
-  ch->counters.wireSent += wire::kHelloSize;
-  ch->counters.wireRecv += wire::kHelloSize;
-  TCCL_INFO("connected to rank " << peer << " at " << address);
-  channels_[peer] = std::move(ch);
+void Transport::abortAll(const wire::MessageHeader& abortHeader) {
+  uint8_t hdr[wire::kHeaderSize];
+  wire::encodeHeader(abortHeader, hdr);
+  for (auto& [peer, ch] : channels_) {
+    if (!ch->fd.valid() || ch->txPartial) continue;
+    // 24 bytes into a socket whose buffer has room: all or nothing in practice; a
+    // short write leaves the peer a truncated header, which it reports as a protocol
+    // error at end-of-file, so nothing is lost but the culprit hint.
+    (void)::send(ch->fd.get(), hdr, sizeof hdr, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  closeAll();
 }
 
-void Transport::finishIncoming(Pending& p) {
+std::vector<int> Transport::connectedPeers() const {
+  std::vector<int> peers;
+  for (const auto& [peer, ch] : channels_) {
+    if (ch->fd.valid()) peers.push_back(peer);
+  }
+  return peers;
+}
+
+void Transport::addChannel(Pending& p) {
+  auto ch = std::make_unique<Channel>();
+  ch->peer = p.peer;
+  ch->address = p.address;
+  ch->fd = std::move(p.fd);
+  net::setBufferSizes(ch->fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
+  ch->counters.wireSent += p.bytesSent;
+  ch->counters.wireRecv += p.bytesRecv;
+  TCCL_INFO("connected to rank " << p.peer << " at " << p.address
+                                 << (cfg_.authKey ? " (authenticated)" : ""));
+  channels_[p.peer] = std::move(ch);
+}
+
+wire::Hello Transport::myHello(wire::HelloKind kind, int target) const {
   wire::Hello h;
-  wire::RejectReason reason = wire::RejectReason::None;
-  if (wire::decodeHello(p.buf, &h) != wire::DecodeStatus::Ok) {
-    reason = wire::RejectReason::BadMagic;
-  } else {
-    reason = wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
+  h.kind = kind;
+  h.jobId = cfg_.jobId;
+  h.commId = cfg_.commId;
+  h.rank = cfg_.rank;
+  h.worldSize = cfg_.worldSize;
+  h.targetRank = target;
+  h.flags = cfg_.authKey ? wire::kHelloFlagAuth : 0;
+  return h;
+}
+
+bool Transport::sendHello(Pending& p, const wire::Hello& h) {
+  uint8_t out[wire::kHelloSize];
+  wire::encodeHello(h, out);
+  net::IoStatus st =
+      net::sendAll(p.fd.get(), out, sizeof out, Deadline::after(std::chrono::milliseconds(1000)));
+  if (st != net::IoStatus::Ok) return false;
+  p.bytesSent += sizeof out;
+  return true;
+}
+
+bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std::string& detail) {
+  wire::Hello reply = myHello(wire::HelloKind::Reject, -1);
+  reply.reason = reason;
+  sendHello(p, reply);
+  TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason) << detail);
+  // Read what the stranger already sent, so that closing with unread input does not
+  // reset the connection before it reads our Reject.
+  uint8_t sink[4096];
+  while (::recv(p.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  return true;  // p.fd closes when the pending entry is dropped
+}
+
+void Transport::refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why) {
+  if (tell != wire::RejectReason::None) {
+    wire::Hello r = myHello(wire::HelloKind::Reject, p.peer);
+    r.reason = tell;
+    sendHello(p, r);
+  }
+  ErrorInfo info;
+  info.kind = ErrorKind::Handshake;
+  info.rank = cfg_.rank;
+  info.peer = p.peer;
+  info.peerAddress = p.address;
+  info.message = why;
+  throwError(std::move(info));
+}
+
+bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
+  const bool iHaveKey = cfg_.authKey != nullptr;
+  if (p.stage == Stage::AwaitHello) {
+    wire::RejectReason reason =
+        wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
     if (reason == wire::RejectReason::None && (h.rank > cfg_.rank || channels_.count(h.rank))) {
       // Only lower ranks dial us, and only once.
       reason = h.rank > cfg_.rank ? wire::RejectReason::BadRank : wire::RejectReason::Duplicate;
     }
+    const bool peerHasKey = (h.flags & wire::kHelloFlagAuth) != 0;
+    if (reason == wire::RejectReason::None && iHaveKey && !peerHasKey) {
+      reason = wire::RejectReason::AuthRequired;
+    }
+    if (reason == wire::RejectReason::None && !iHaveKey && peerHasKey) {
+      reason = wire::RejectReason::AuthUnsupported;
+    }
+    if (reason != wire::RejectReason::None) {
+      std::string detail;
+      if (reason == wire::RejectReason::AuthRequired) {
+        detail = " (rank " + std::to_string(h.rank) + " there has no key)";
+      } else if (reason == wire::RejectReason::AuthUnsupported) {
+        detail = " (rank " + std::to_string(h.rank) + " there has a key; this rank has none)";
+      }
+      return rejectIncoming(p, reason, detail);
+    }
+    p.peer = h.rank;
+    if (!iHaveKey) {
+      if (!sendHello(p, myHello(wire::HelloKind::Accept, h.rank))) {
+        TCCL_WARN("rank " << h.rank << " at " << p.address << " went away during the handshake");
+        return true;
+      }
+      addChannel(p);
+      return true;
+    }
+    p.transcript.protocol = auth::Protocol::Transport;
+    p.transcript.jobId = cfg_.jobId;
+    p.transcript.commId = cfg_.commId;
+    p.transcript.dialler = h.rank;
+    p.transcript.acceptor = cfg_.rank;
+    p.transcript.worldSize = cfg_.worldSize;
+    p.transcript.diallerNonce = h.nonce;
+    p.transcript.acceptorNonce = auth::randomNonce();
+    wire::Hello challenge = myHello(wire::HelloKind::Challenge, h.rank);
+    challenge.nonce = p.transcript.acceptorNonce;
+    challenge.mac = auth::proof(*cfg_.authKey, auth::Role::Acceptor, p.transcript);
+    if (!sendHello(p, challenge)) {
+      TCCL_WARN("rank " << h.rank << " at " << p.address << " went away during the handshake");
+      return true;
+    }
+    p.stage = Stage::AwaitProof;
+    return false;
   }
-  wire::Hello reply;
-  reply.jobId = cfg_.jobId;
-  reply.commId = cfg_.commId;
-  reply.rank = cfg_.rank;
-  reply.worldSize = cfg_.worldSize;
-  reply.targetRank = reason == wire::RejectReason::None ? h.rank : -1;
-  reply.kind =
-      reason == wire::RejectReason::None ? wire::HelloKind::Accept : wire::HelloKind::Reject;
-  reply.reason = reason;
-  uint8_t out[wire::kHelloSize];
-  wire::encodeHello(reply, out);
-  // 40 bytes into a fresh socket's empty send buffer: this does not block.
-  net::IoStatus st =
-      net::sendAll(p.fd.get(), out, sizeof out, Deadline::after(std::chrono::milliseconds(1000)));
-  if (reason != wire::RejectReason::None) {
-    TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason));
-    return;  // p.fd closes when the pending entry is dropped
+  // AwaitProof.
+  if (h.kind == wire::HelloKind::Reject) {
+    TCCL_WARN("rank " << p.peer << " at " << p.address
+                      << " refused this rank's challenge: " << wire::toString(h.reason));
+    return true;
   }
-  if (st != net::IoStatus::Ok) {
-    TCCL_WARN("rank " << h.rank << " at " << p.address << " went away during the handshake");
-    return;
+  if (h.kind != wire::HelloKind::Proof || h.version != wire::kProtocolVersion) {
+    return rejectIncoming(p, wire::RejectReason::Unexpected, " (expected a proof)");
   }
-  addChannel(h.rank, std::move(p.fd), p.address);
+  if (!auth::verify(*cfg_.authKey, auth::Role::Dialler, p.transcript, h.mac)) {
+    return rejectIncoming(p, wire::RejectReason::AuthFailed,
+                          " (claimed to be rank " + std::to_string(p.peer) + ")");
+  }
+  if (channels_.count(p.peer)) return rejectIncoming(p, wire::RejectReason::Duplicate);
+  if (!sendHello(p, myHello(wire::HelloKind::Accept, p.peer))) {
+    TCCL_WARN("rank " << p.peer << " at " << p.address << " went away during the handshake");
+    return true;
+  }
+  addChannel(p);
+  return true;
 }
 
-void Transport::finishOutgoing(Pending& p) {
-  wire::Hello h;
-  ErrorInfo info;
-  info.rank = cfg_.rank;
-  info.peer = p.peer;
-  info.peerAddress = p.address;
-  if (wire::decodeHello(p.buf, &h) != wire::DecodeStatus::Ok) {
-    info.kind = ErrorKind::Handshake;
-    info.message = "the process at this address did not answer like a tccl peer";
-    throwError(std::move(info));
-  }
+bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
   if (h.kind == wire::HelloKind::Reject) {
-    info.kind = ErrorKind::Handshake;
-    info.message = "connection refused by the peer: " + std::string(wire::toString(h.reason));
-    throwError(std::move(info));
+    refuseOutgoing(p, wire::RejectReason::None,
+                   "connection refused by the peer: " + std::string(wire::toString(h.reason)));
   }
-  if (h.kind != wire::HelloKind::Accept || h.rank != p.peer || h.jobId != cfg_.jobId ||
-      h.commId != cfg_.commId || h.targetRank != cfg_.rank) {
-    info.kind = ErrorKind::Handshake;
-    info.message = "unexpected handshake reply (rank " + std::to_string(h.rank) + ", kind " +
-                   std::to_string(static_cast<int>(h.kind)) + ")";
-    throwError(std::move(info));
+  // Whatever it says, the reply must come from the rank we dialled, in this job.
+  if (h.version != wire::kProtocolVersion || h.rank != p.peer || h.jobId != cfg_.jobId ||
+      h.commId != cfg_.commId || h.targetRank != cfg_.rank || h.worldSize != cfg_.worldSize) {
+    refuseOutgoing(p, wire::RejectReason::Unexpected,
+                   "unexpected handshake reply (rank " + std::to_string(h.rank) + ", kind " +
+                       std::to_string(static_cast<int>(h.kind)) + ")");
   }
-  addChannel(p.peer, std::move(p.fd), p.address);
+  const bool iHaveKey = cfg_.authKey != nullptr;
+  if (p.stage == Stage::AwaitReply && h.kind == wire::HelloKind::Challenge) {
+    if (!iHaveKey) {
+      refuseOutgoing(p, wire::RejectReason::AuthUnsupported,
+                     "the peer demands authentication and this rank has no key (set "
+                     "TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same on every rank)");
+    }
+    p.transcript.acceptorNonce = h.nonce;
+    if (!auth::verify(*cfg_.authKey, auth::Role::Acceptor, p.transcript, h.mac)) {
+      refuseOutgoing(p, wire::RejectReason::AuthFailed,
+                     "authentication failed: the process at this address does not hold this "
+                     "job's key (another job, or a different TCCL_AUTH_KEY)");
+    }
+    wire::Hello proofMsg = myHello(wire::HelloKind::Proof, p.peer);
+    proofMsg.mac = auth::proof(*cfg_.authKey, auth::Role::Dialler, p.transcript);
+    if (!sendHello(p, proofMsg)) {
+      refuseOutgoing(p, wire::RejectReason::None, "connection lost during the handshake");
+    }
+    p.stage = Stage::AwaitVerdict;
+    return false;
+  }
+  if (h.kind == wire::HelloKind::Accept) {
+    if (iHaveKey && p.stage != Stage::AwaitVerdict) {
+      // An acceptor with a key challenges; one without must refuse our flagged Hello.
+      refuseOutgoing(p, wire::RejectReason::AuthRequired,
+                     "the peer accepted without proving it holds this job's key");
+    }
+    addChannel(p);
+    return true;
+  }
+  refuseOutgoing(
+      p, wire::RejectReason::Unexpected,
+      "unexpected handshake message (kind " + std::to_string(static_cast<int>(h.kind)) + ")");
 }
 
 bool Transport::service(Pending& p) {
-  while (p.got < wire::kHelloSize) {
-    ssize_t n = ::recv(p.fd.get(), p.buf + p.got, wire::kHelloSize - p.got, 0);
-    if (n > 0) {
-      p.got += static_cast<size_t>(n);
-      continue;
-    }
+  for (;;) {
+    // A message is read in two parts: the 8-byte prefix (magic, version, kind) judges
+    // the sender at once; the rest follows when the version is ours.
+    const size_t want = p.got < wire::kHelloPrefixSize ? wire::kHelloPrefixSize : wire::kHelloSize;
+    ssize_t n = ::recv(p.fd.get(), p.buf + p.got, want - p.got, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    // Closed or reset before a full Hello.
-    if (p.outgoing) {
-      ErrorInfo info;
-      info.kind = ErrorKind::PeerClosed;
-      info.rank = cfg_.rank;
-      info.peer = p.peer;
-      info.peerAddress = p.address;
-      info.message = "connection closed during the handshake (the peer refused or died)";
-      throwError(std::move(info));
+    if (n <= 0) {
+      // Closed or reset in the middle of the handshake.
+      if (p.outgoing) {
+        ErrorInfo info;
+        info.kind = ErrorKind::PeerClosed;
+        info.rank = cfg_.rank;
+        info.peer = p.peer;
+        info.peerAddress = p.address;
+        info.message = "connection closed during the handshake (the peer refused or died)";
+        throwError(std::move(info));
+      }
+      TCCL_WARN("a connection from " << p.address << " closed during the handshake after "
+                                     << p.bytesRecv + p.got << " bytes; ignored");
+      return true;
     }
-    TCCL_WARN("a connection from " << p.address << " closed after " << p.got
-                                   << " handshake bytes; ignored");
-    return true;
+    p.got += static_cast<size_t>(n);
+    uint16_t version = wire::kProtocolVersion;
+    if (!wire::plausibleHelloPrefix(p.buf, p.got, &version)) {
+      if (p.outgoing) {
+        refuseOutgoing(p, wire::RejectReason::None,
+                       "the process at this address did not answer like a tccl peer");
+      }
+      return rejectIncoming(p, wire::RejectReason::BadMagic);
+    }
+    if (p.got == wire::kHelloPrefixSize && version != wire::kProtocolVersion) {
+      const std::string why = "it speaks handshake protocol version " + std::to_string(version) +
+                              ", this rank speaks " + std::to_string(wire::kProtocolVersion) +
+                              " (mixed tccl versions)";
+      if (p.outgoing) refuseOutgoing(p, wire::RejectReason::None, "the peer refused: " + why);
+      return rejectIncoming(p, wire::RejectReason::BadVersion, " (" + why + ")");
+    }
+    if (p.got < wire::kHelloSize) continue;
+    p.bytesRecv += p.got;
+    p.got = 0;
+    wire::Hello h;
+    if (wire::decodeHello(p.buf, &h) != wire::DecodeStatus::Ok) {
+      if (p.outgoing) {
+        refuseOutgoing(p, wire::RejectReason::Unexpected,
+                       "the peer sent a handshake message of unknown kind");
+      }
+      return rejectIncoming(p, wire::RejectReason::Unexpected, " (unknown message kind)");
+    }
+    if (p.outgoing ? onOutgoing(p, h) : onIncoming(p, h)) return true;
   }
-  if (p.outgoing) {
-    finishOutgoing(p);
-  } else {
-    finishIncoming(p);
-  }
-  return true;
 }
 
 void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
@@ -224,23 +381,30 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       info.peer = p;
       throwError(std::move(info));
     }
-    wire::Hello h;
-    h.jobId = cfg_.jobId;
-    h.commId = cfg_.commId;
-    h.rank = cfg_.rank;
-    h.worldSize = cfg_.worldSize;
-    h.targetRank = p;
-    uint8_t out[wire::kHelloSize];
-    wire::encodeHello(h, out);
-    if (net::sendAll(fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
-      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, p);
-    }
     auto pend = std::make_unique<Pending>();
     pend->fd = std::move(fd);
     pend->address = addr;
     pend->outgoing = true;
     pend->peer = p;
+    pend->stage = Stage::AwaitReply;
     pend->since = Deadline::Clock::now();
+    wire::Hello h = myHello(wire::HelloKind::Hello, p);
+    if (cfg_.authKey) {
+      pend->transcript.protocol = auth::Protocol::Transport;
+      pend->transcript.jobId = cfg_.jobId;
+      pend->transcript.commId = cfg_.commId;
+      pend->transcript.dialler = cfg_.rank;
+      pend->transcript.acceptor = p;
+      pend->transcript.worldSize = cfg_.worldSize;
+      pend->transcript.diallerNonce = auth::randomNonce();
+      h.nonce = pend->transcript.diallerNonce;
+    }
+    uint8_t out[wire::kHelloSize];
+    wire::encodeHello(h, out);
+    if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
+      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, p);
+    }
+    pend->bytesSent += sizeof out;
     pending_.push_back(std::move(pend));
   }
 

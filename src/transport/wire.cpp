@@ -84,6 +84,16 @@ std::string_view toString(RejectReason r) {
       return "hello addressed to another rank";
     case RejectReason::Duplicate:
       return "a connection from that rank already exists";
+    case RejectReason::AuthRequired:
+      return "the rejecting side requires an auth key and the other side has none "
+             "(set TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same on every rank)";
+    case RejectReason::AuthUnsupported:
+      return "the other side authenticates with a key and the rejecting side has none "
+             "(set TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same on every rank)";
+    case RejectReason::AuthFailed:
+      return "authentication failed: the two sides' keys differ (another job, or a wrong key)";
+    case RejectReason::Unexpected:
+      return "unexpected handshake message";
   }
   return "unknown reason";
 }
@@ -98,12 +108,19 @@ void encodeHello(const Hello& h, uint8_t out[kHelloSize]) {
   put<int32_t>(out + 28, h.worldSize);
   put<int32_t>(out + 32, h.targetRank);
   put<uint32_t>(out + 36, static_cast<uint32_t>(h.reason));
+  put<uint32_t>(out + 40, h.flags);
+  put<uint32_t>(out + 44, h.reserved);
+  std::memcpy(out + 48, h.nonce.data(), kNonceSize);
+  std::memcpy(out + 80, h.mac.data(), kMacSize);
 }
 
 DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out) {
   if (get<uint32_t>(in) != kHelloMagic) return DecodeStatus::BadMagic;
   uint16_t kind = get<uint16_t>(in + 6);
-  if (kind < 1 || kind > 3) return DecodeStatus::BadKind;
+  if (kind < static_cast<uint16_t>(HelloKind::Hello) ||
+      kind > static_cast<uint16_t>(HelloKind::Proof)) {
+    return DecodeStatus::BadKind;
+  }
   Hello h;
   h.version = get<uint16_t>(in + 4);
   h.kind = static_cast<HelloKind>(kind);
@@ -113,13 +130,27 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out) {
   h.worldSize = get<int32_t>(in + 28);
   h.targetRank = get<int32_t>(in + 32);
   h.reason = static_cast<RejectReason>(get<uint32_t>(in + 36));
+  h.flags = get<uint32_t>(in + 40);
+  h.reserved = get<uint32_t>(in + 44);
+  std::memcpy(h.nonce.data(), in + 48, kNonceSize);
+  std::memcpy(h.mac.data(), in + 80, kMacSize);
   *out = h;
   return DecodeStatus::Ok;
 }
 
+bool plausibleHelloPrefix(const uint8_t* in, size_t n, uint16_t* version) {
+  uint8_t magic[4];
+  put<uint32_t>(magic, kHelloMagic);
+  for (size_t i = 0; i < n && i < sizeof magic; ++i) {
+    if (in[i] != magic[i]) return false;
+  }
+  if (n >= kHelloPrefixSize && version != nullptr) *version = get<uint16_t>(in + 4);
+  return true;
+}
+
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank,
                         int worldSize) {
-  if (h.kind != HelloKind::Hello) return RejectReason::BadMagic;
+  if (h.kind != HelloKind::Hello) return RejectReason::Unexpected;
   if (h.version != kProtocolVersion) return RejectReason::BadVersion;
   if (h.jobId != jobId) return RejectReason::WrongJob;
   if (h.commId != commId) return RejectReason::WrongCommunicator;

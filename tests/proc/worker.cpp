@@ -34,6 +34,7 @@
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
 #include "tccl/tccl.hpp"
+#include "transport/wire.hpp"
 
 using namespace tccl;
 
@@ -289,12 +290,13 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
               die(what.str() + ": payload bytes received " + std::to_string(tot.payloadRecv) +
                   " != " + std::to_string(expectRecv));
             }
-            // Wire = payload + one 24-byte header per message (+ 40-byte hellos on
-            // the call that opened a connection).
+            // Wire = payload + one 24-byte header per message (+ the handshake on the
+            // call that opened a connection: one 112-byte message each way, two with a
+            // key, see docs/protocol.md).
             const uint64_t overhead = tot.wireSent - tot.payloadSent;
             const uint64_t headers = 24 * tot.messagesSent;
-            if (overhead < headers || (overhead - headers) % 40 != 0 ||
-                (overhead - headers) / 40 > cs.traffic.perPeer.size()) {
+            if (overhead < headers || (overhead - headers) % wire::kHelloSize != 0 ||
+                (overhead - headers) / wire::kHelloSize > 2 * cs.traffic.perPeer.size()) {
               die(what.str() + ": wire overhead " + std::to_string(overhead) +
                   " is not headers + hellos");
             }

@@ -153,7 +153,7 @@ TEST(StoreProtocol, HeaderLayoutIsLittleEndian) {
   r.delta = 0x0102030405060708;
   Bytes b = encode(r);
   // header, then u32 keyLen=1, 'k', i64 delta
-  const Bytes expected = {0xC5, 1,   3,    0,    13,   0,    0,    0,    1,    0,   0,
+  const Bytes expected = {0xC5, 2,   3,    0,    13,   0,    0,    0,    1,    0,   0,
                           0,    'k', 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   EXPECT_EQ(b, expected);
 }
@@ -208,7 +208,7 @@ TEST(StoreProtocol, BadHeaderRejectedAtFirstBadByte) {
   EXPECT_EQ(d.status, DecodeStatus::Error);
   EXPECT_NE(d.error.find("version"), std::string::npos) << d.error;
 
-  for (uint8_t cmd : {uint8_t{0}, uint8_t{8}, uint8_t{255}}) {
+  for (uint8_t cmd : {uint8_t{0}, uint8_t{10}, uint8_t{255}}) {
     const uint8_t badCommand[] = {kRequestMagic, kVersion, cmd};
     EXPECT_EQ(decodeRequest(badCommand, sizeof badCommand, &out).status, DecodeStatus::Error);
   }

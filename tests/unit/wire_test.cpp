@@ -202,10 +202,13 @@ TEST(WireHello, ExactLittleEndianBytes) {
   h.kind = HelloKind::Reject;
   h.reason = RejectReason::WrongTarget;
   h.rank = -2;  // negative numbers are two's complement
+  h.flags = kHelloFlagAuth;
+  for (size_t i = 0; i < kNonceSize; ++i) h.nonce[i] = static_cast<uint8_t>(0xA0 + i);
+  for (size_t i = 0; i < kMacSize; ++i) h.mac[i] = static_cast<uint8_t>(0xC0 + i);
   const HelloBytes b = encode(h);
   const HelloBytes expected = {
       'T',  'C',  'C',  'L',                           // magic
-      0x01, 0x00,                                      // version
+      0x02, 0x00,                                      // version
       0x03, 0x00,                                      // kind reject
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // job id
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // communicator id
@@ -213,9 +216,19 @@ TEST(WireHello, ExactLittleEndianBytes) {
       0x05, 0x00, 0x00, 0x00,                          // world size
       0x03, 0x00, 0x00, 0x00,                          // target rank
       0x07, 0x00, 0x00, 0x00,                          // reason
+      0x01, 0x00, 0x00, 0x00,                          // flags: has a key
+      0x00, 0x00, 0x00, 0x00,                          // reserved
+      0xA0, 0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7,  // nonce
+      0xA8, 0xA9, 0xAA, 0xAB, 0xAC, 0xAD, 0xAE, 0xAF,  //
+      0xB0, 0xB1, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7,  //
+      0xB8, 0xB9, 0xBA, 0xBB, 0xBC, 0xBD, 0xBE, 0xBF,  //
+      0xC0, 0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC6, 0xC7,  // mac
+      0xC8, 0xC9, 0xCA, 0xCB, 0xCC, 0xCD, 0xCE, 0xCF,  //
+      0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7,  //
+      0xD8, 0xD9, 0xDA, 0xDB, 0xDC, 0xDD, 0xDE, 0xDF,  //
   };
   EXPECT_EQ(b, expected);
-  EXPECT_EQ(kHelloSize, 40u);
+  EXPECT_EQ(kHelloSize, 112u);
 }
 
 TEST(WireHello, RoundTrips) {
@@ -254,7 +267,7 @@ TEST(WireHello, RejectsStrangers) {
   HelloBytes hdr{};
   encodeHeader(sampleHeader(), hdr.data());
   EXPECT_EQ(decodeHello(hdr.data(), &out), DecodeStatus::BadMagic);
-  for (uint16_t kind : {uint16_t{0}, uint16_t{4}, uint16_t{0x0100}, uint16_t{0xFFFF}}) {
+  for (uint16_t kind : {uint16_t{0}, uint16_t{6}, uint16_t{0x0100}, uint16_t{0xFFFF}}) {
     HelloBytes bad = b;
     bad[6] = static_cast<uint8_t>(kind & 0xFF);
     bad[7] = static_cast<uint8_t>(kind >> 8);
@@ -317,12 +330,12 @@ TEST(WireHello, CheckNamesEachBadField) {
 
 TEST(WireHello, ReasonNames) {
   std::set<std::string_view> names;
-  for (uint32_t r = 0; r <= 8; ++r) {
+  for (uint32_t r = 0; r <= 12; ++r) {
     const std::string_view name = toString(static_cast<RejectReason>(r));
     EXPECT_NE(name, "unknown reason") << r;
     names.insert(name);
   }
-  EXPECT_EQ(names.size(), 9u) << "two reasons share a description";
+  EXPECT_EQ(names.size(), 13u) << "two reasons share a description";
   EXPECT_EQ(toString(static_cast<RejectReason>(99)), "unknown reason");
 }
 

@@ -1,0 +1,214 @@
+#include "auth/auth.hpp"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "tccl/error.hpp"
+
+namespace tccl::auth {
+namespace {
+
+// A key file larger than this is not a hex key (512 hex digits plus whitespace).
+constexpr size_t kMaxKeyFileBytes = 4096;
+constexpr char kDomain[] = "tccl-auth-v1";  // 12 bytes, no terminator in the transcript
+
+bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Bytes of a key file, at most kMaxKeyFileBytes + 1 of them (one more says "too big").
+std::string readKeyFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throwError(ErrorKind::InvalidArgument,
+               "TCCL_AUTH_KEY_FILE='" + path + "' cannot be opened: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throwError(ErrorKind::InvalidArgument,
+               "TCCL_AUTH_KEY_FILE='" + path + "' is not a regular file");
+  }
+  if ((st.st_mode & 077) != 0) {
+    TCCL_WARN("TCCL_AUTH_KEY_FILE='" << path << "' is readable or writable by group or others "
+                                     << "(mode " << std::oct << (st.st_mode & 0777) << std::dec
+                                     << "); chmod 600 it");
+  }
+  std::string text(kMaxKeyFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throwError(ErrorKind::InvalidArgument,
+                 "TCCL_AUTH_KEY_FILE='" + path + "' cannot be read: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
+}
+
+void wipe(std::string* s) {
+  if (!s->empty()) OPENSSL_cleanse(s->data(), s->size());
+}
+
+void putU32(std::vector<uint8_t>* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void putU64(std::vector<uint8_t>* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+std::atomic<bool> gWarnedUnauthenticated{false};
+
+}  // namespace
+
+Key::Key(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+
+Key::~Key() {
+  if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
+}
+
+std::string Key::id() const {
+  static constexpr char kLabel[] = "tccl key id";
+  const Mac m =
+      hmacSha256(data(), size(), reinterpret_cast<const uint8_t*>(kLabel), sizeof kLabel - 1);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    s += kHex[m[i] >> 4];
+    s += kHex[m[i] & 15];
+  }
+  return s;
+}
+
+KeyPtr parseHexKey(std::string_view text, std::string* error) {
+  while (!text.empty() && isSpace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && isSpace(text.back())) text.remove_suffix(1);
+  if (text.size() % 2 != 0 || text.size() < 2 * kMinKeyBytes || text.size() > 2 * kMaxKeyBytes) {
+    *error = "expected an even number of hex digits, " + std::to_string(2 * kMinKeyBytes) + " to " +
+             std::to_string(2 * kMaxKeyBytes) + " of them (e.g. `openssl rand -hex 32`)," +
+             " got " + std::to_string(text.size()) + " characters";
+    return nullptr;
+  }
+  std::vector<uint8_t> bytes(text.size() / 2);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int hi = hexValue(text[2 * i]);
+    const int lo = hexValue(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      OPENSSL_cleanse(bytes.data(), bytes.size());
+      *error = "character " + std::to_string(2 * i + (hi < 0 ? 0 : 1) + 1) +
+               " is not a hex digit (the key must be hex, e.g. `openssl rand -hex 32`)";
+      return nullptr;
+    }
+    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return std::make_shared<const Key>(std::move(bytes));
+}
+
+KeyPtr keyFromEnv() {
+  const std::optional<std::string> inline_ = config::getEnv("TCCL_AUTH_KEY");
+  const std::optional<std::string> file = config::getEnv("TCCL_AUTH_KEY_FILE");
+  if (inline_ && file) {
+    throwError(ErrorKind::InvalidArgument,
+               "both TCCL_AUTH_KEY and TCCL_AUTH_KEY_FILE are set; set only one");
+  }
+  if (!inline_ && !file) {
+    if (!gWarnedUnauthenticated.exchange(true)) {
+      TCCL_WARN(
+          "TCCL_AUTH_KEY is not set: connections to and from this process are not "
+          "authenticated (any process that can reach its ports can join the job); "
+          "see docs/security.md");
+    }
+    return nullptr;
+  }
+  std::string text = inline_ ? *inline_ : readKeyFile(*file);
+  std::string error;
+  KeyPtr key;
+  if (text.size() > kMaxKeyFileBytes) {
+    error = "longer than " + std::to_string(kMaxKeyFileBytes) + " bytes";
+  } else {
+    key = parseHexKey(text, &error);
+  }
+  wipe(&text);
+  if (!key) {
+    throwError(
+        ErrorKind::InvalidArgument,
+        (inline_ ? std::string("TCCL_AUTH_KEY") : "the file TCCL_AUTH_KEY_FILE='" + *file + "'") +
+            " is not a valid key: " + error);
+  }
+  return key;
+}
+
+std::vector<uint8_t> transcriptBytes(Role who, const Transcript& t) {
+  std::vector<uint8_t> out;
+  out.reserve(sizeof kDomain - 1 + 2 + 8 + 8 + 12 + 2 * kNonceBytes);
+  out.insert(out.end(), kDomain, kDomain + sizeof kDomain - 1);
+  out.push_back(static_cast<uint8_t>(t.protocol));
+  out.push_back(static_cast<uint8_t>(who));
+  putU64(&out, t.jobId);
+  putU64(&out, t.commId);
+  putU32(&out, static_cast<uint32_t>(t.dialler));
+  putU32(&out, static_cast<uint32_t>(t.acceptor));
+  putU32(&out, static_cast<uint32_t>(t.worldSize));
+  out.insert(out.end(), t.diallerNonce.begin(), t.diallerNonce.end());
+  out.insert(out.end(), t.acceptorNonce.begin(), t.acceptorNonce.end());
+  return out;
+}
+
+Mac proof(const Key& key, Role who, const Transcript& t) {
+  const std::vector<uint8_t> msg = transcriptBytes(who, t);
+  return hmacSha256(key.data(), key.size(), msg.data(), msg.size());
+}
+
+bool verify(const Key& key, Role who, const Transcript& t, const Mac& received) {
+  return equalConstantTime(proof(key, who, t), received);
+}
+
+Mac hmacSha256(const uint8_t* key, size_t keyLen, const uint8_t* data, size_t len) {
+  Mac out{};
+  unsigned int outLen = 0;
+  // HMAC() with a null key pointer would mean "no key": give it a valid pointer always.
+  static const uint8_t kEmpty = 0;
+  if (HMAC(EVP_sha256(), keyLen ? key : &kEmpty, static_cast<int>(keyLen), len ? data : &kEmpty,
+           len, out.data(), &outLen) == nullptr ||
+      outLen != out.size()) {
+    throwError(ErrorKind::System, "HMAC-SHA256 failed in OpenSSL");
+  }
+  return out;
+}
+
+bool equalConstantTime(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Nonce randomNonce() {
+  Nonce n{};
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) {
+    throwError(ErrorKind::System, "OpenSSL RAND_bytes failed: no entropy for a nonce");
+  }
+  return n;
+}
+
+}  // namespace tccl::auth
