@@ -39,8 +39,9 @@ enum class ReduceOp : uint8_t {
 
 // Algorithms. Auto asks the cost model (see docs/algorithms.md). Which apply to which
 // collective: all-reduce: ring, naive, tree, hd (recursive halving-doubling), rd
-// (recursive doubling); broadcast: tree (binomial) or ring (pipelined chain); the
-// others have one algorithm each and take Auto or its name.
+// (recursive doubling), hier (hierarchical: within each host, then across hosts);
+// broadcast: tree (binomial) or ring (pipelined chain); the others have one algorithm
+// each and take Auto or its name.
 enum class Algorithm : uint8_t {
   Auto = 0,
   Ring = 1,
@@ -48,6 +49,7 @@ enum class Algorithm : uint8_t {
   Tree = 3,
   HalvingDoubling = 4,
   RecursiveDoubling = 5,
+  Hierarchical = 6,
 };
 
 size_t dataTypeSize(DataType t);

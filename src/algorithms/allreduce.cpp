@@ -9,13 +9,17 @@
 namespace tccl::algo {
 
 const std::vector<Algorithm>& allreduceAlgorithms() {
-  static const std::vector<Algorithm> kAlgorithms = {Algorithm::Ring, Algorithm::Naive,
-                                                     Algorithm::Tree, Algorithm::HalvingDoubling,
-                                                     Algorithm::RecursiveDoubling};
+  static const std::vector<Algorithm> kAlgorithms = {Algorithm::Ring,
+                                                     Algorithm::Naive,
+                                                     Algorithm::Tree,
+                                                     Algorithm::HalvingDoubling,
+                                                     Algorithm::RecursiveDoubling,
+                                                     Algorithm::Hierarchical};
   return kAlgorithms;
 }
 
-Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems) {
+Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems,
+                           const HostLayout* hosts) {
   switch (a) {
     case Algorithm::Ring:
       return ringAllreduce(rank, n, count, segElems);
@@ -27,6 +31,15 @@ Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t se
       return halvingDoublingAllreduce(rank, n, count, segElems);
     case Algorithm::RecursiveDoubling:
       return recursiveDoublingAllreduce(rank, n, count, segElems);
+    case Algorithm::Hierarchical:
+      if (hosts == nullptr)
+        return hierarchicalAllreduce(rank, HostLayout::separate(n), count, segElems);
+      if (hosts->worldSize() != n) {
+        throwError(ErrorKind::InvalidArgument, "hierarchical all-reduce: the host layout has " +
+                                                   std::to_string(hosts->worldSize()) +
+                                                   " ranks, the world " + std::to_string(n));
+      }
+      return hierarchicalAllreduce(rank, *hosts, count, segElems);
     default:
       break;
   }
@@ -34,9 +47,10 @@ Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t se
              "all-reduce algorithm '" + std::string(toString(a)) + "' is not implemented");
 }
 
-// Only naive reads its input after writing its output. Tree, halving-doubling and
-// recursive doubling read Input only before (or in the same element-wise reduction
-// as) the first write of each range, so in place they need no copy.
+// Only naive reads its input after writing its output. Tree, halving-doubling,
+// recursive doubling and hierarchical read Input only before (or in the same
+// element-wise reduction as) the first write of each range, so in place they need no
+// copy.
 bool allreduceReadsInputLate(Algorithm a) { return a == Algorithm::Naive; }
 
 }  // namespace tccl::algo

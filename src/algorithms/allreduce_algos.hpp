@@ -1,7 +1,8 @@
-// The latency-oriented all-reduce algorithms: double binary tree, halving-doubling
-// (Rabenseifner) and recursive doubling, with closed forms for the bytes each rank
-// sends and the steps (messages in sequence) each takes. The ring and the naive
-// algorithm live in schedule.hpp. docs/algorithms.md derives every formula here.
+// The all-reduce algorithms beyond the ring: double binary tree, halving-doubling
+// (Rabenseifner), recursive doubling and the hierarchical (host-aware) one, with closed
+// forms for the bytes each rank sends and the steps (messages in sequence) each takes.
+// The ring and the naive algorithm live in schedule.hpp. docs/algorithms.md derives
+// every formula here.
 //
 // Notation: n ranks, count elements, V = count * elemSize bytes per rank,
 // p = the largest power of two <= n, L = log2 p, rem = n - p.
@@ -9,8 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "tccl/types.hpp"
 
 namespace tccl::algo {
 
@@ -118,5 +122,74 @@ int rdSteps(int n);
 double treeMaxBytesFactor(int n);
 double hdMaxBytesFactor(int n);
 double rdMaxBytesFactor(int n);
+
+// ---- hosts and the hierarchical all-reduce -------------------------------------------
+//
+// Which ranks share a host. Hosts are numbered in the order of their lowest rank (rank 0
+// is on host 0); a host's ranks are listed ascending, and a rank's local index is its
+// position there (local index 0, the host's lowest rank, is its leader).
+struct HostLayout {
+  std::vector<int> hostOf;                // rank -> host
+  std::vector<int> localOf;               // rank -> local index
+  std::vector<std::vector<int>> members;  // host -> its ranks, ascending
+
+  // Ranks with equal keys share a host (keys[r] is rank r's key).
+  static HostLayout fromKeys(const std::vector<std::string>& keys);
+  // Hosts of sizes[0], sizes[1], ... consecutive ranks.
+  static HostLayout contiguous(const std::vector<int>& sizes);
+  // Every rank on a host of its own.
+  static HostLayout separate(int n);
+
+  int worldSize() const { return static_cast<int>(hostOf.size()); }
+  int hosts() const { return static_cast<int>(members.size()); }
+  int localSize(int rank) const;
+  int maxLocal() const;
+  // Every host has the same number of ranks.
+  bool uniform() const;
+  // "4 hosts x 2 ranks" or "3 hosts (3+1+2 ranks)".
+  std::string describe() const;
+};
+
+// Hierarchical all-reduce. With H hosts and L ranks on every host (uniform):
+//   1. intra-host reduce-scatter: a ring among the host's L ranks; local rank l ends up
+//      owning shard (l+1) mod L of the vector (shards: chunkRange(count, L, j)), reduced
+//      over its host;
+//   2. inter-host all-reduce of that shard: a ring reduce-scatter + all-gather among the
+//      H ranks with local index l, one per host (sub-chunks: chunkRange(|shard|, H, c));
+//   3. intra-host all-gather of the shards: a ring among the host's L ranks.
+// When hosts have different numbers of ranks, the leader variant instead:
+//   1. reduces within each host down a chain to its leader (local L_h-1 -> ... -> 0),
+//   2. runs the ring all-reduce of the whole vector among the H leaders,
+//   3. broadcasts within each host down the chain from the leader.
+// Both pipeline segment by segment across the phases (a piece moves on as soon as its
+// previous phase has produced it). Input and Output may be the same buffer; no scratch.
+// hosts.worldSize() is the world size; rank must be in it.
+Schedule hierarchicalAllreduce(int rank, const HostLayout& hosts, size_t count, size_t segElems);
+
+// Payload bytes rank r sends to ranks on its own host (intra) and on others (inter):
+//   uniform: intra = ringBytesSent(count, s, L, l)           (0 for L = 1)
+//            inter = ringBytesSent(|shard (l+1) mod L|, s, H, h) (0 for H = 1)
+//   leaders: intra = V x ([l > 0] + [l < L_h - 1])           (chain up, chain down)
+//            inter = ringBytesSent(count, s, H, h) on a leader, 0 elsewhere
+// with h = r's host, l = its local index. Per host the inter bytes sum to about
+// 2(H-1)/H x V (exactly when H x L divides count), against the flat ring's
+// 2(N-1)/N x V leaving a host whose ranks are consecutive.
+struct HostBytes {
+  uint64_t intra = 0;
+  uint64_t inter = 0;
+  uint64_t total() const { return intra + inter; }
+};
+HostBytes hierBytesSent(const HostLayout& hosts, size_t count, size_t elemSize, int r);
+// The phases' steps: 2(L-1) + 2(H-1) uniform; 2(Lmax-1) + 2(H-1) with leaders. The
+// longest chain of messages equals it when uniform and never exceeds it.
+int hierSteps(const HostLayout& hosts);
+// True when the layout makes hierarchicalAllreduce use the leader variant.
+bool hierUsesLeaders(const HostLayout& hosts);
+
+// The most payload bytes any one host sends to other hosts when every rank runs
+// algorithm `a` (any of the menu) on `count` elements: from the closed forms for the
+// ring (a rank's sends all go to its successor), naive (L_h x (N - L_h) x V) and hier,
+// and by summing the schedules for tree, hd and rd.
+uint64_t hostEgressBytes(Algorithm a, const HostLayout& hosts, size_t count, size_t elemSize);
 
 }  // namespace tccl::algo

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "core/config.hpp"
 #include "tccl/error.hpp"
@@ -50,6 +51,10 @@ std::optional<LinkModel> LinkModel::load(const std::string& path) {
     } else if (key == "beta_gbps") {
       m.betaSecPerByte = 1.0 / (parsePositive(path + ": beta_gbps", value) * 1e9);
       beta = true;
+    } else if (key == "inter_alpha_us") {
+      m.interAlphaSec = parsePositive(path + ": inter_alpha_us", value) * 1e-6;
+    } else if (key == "inter_beta_gbps") {
+      m.interBetaSecPerByte = 1.0 / (parsePositive(path + ": inter_beta_gbps", value) * 1e9);
     }
   }
   if (!alpha || !beta) {
@@ -65,11 +70,12 @@ void LinkModel::save(const std::string& path) const {
     std::filesystem::create_directories(path.substr(0, slash), ec);
   }
   std::ofstream f(path);
-  char buf[160];
-  std::snprintf(
-      buf, sizeof buf,
-      "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\nhd_bandwidth_penalty=%.3f\n",
-      alphaSec * 1e6, 1e-9 / betaSecPerByte, hdBandwidthPenalty);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\nhd_bandwidth_penalty=%.3f\n"
+                "inter_alpha_us=%.3f\ninter_beta_gbps=%.4f\n",
+                alphaSec * 1e6, 1e-9 / betaSecPerByte, hdBandwidthPenalty, interAlphaSec * 1e6,
+                1e-9 / interBetaSecPerByte);
   f << buf;
   if (!f) throwError(ErrorKind::System, "cannot write " + path);
 }
@@ -81,6 +87,10 @@ LinkModel LinkModel::fromEnv() {
     m.alphaSec = parsePositive("TCCL_ALPHA_US", *v) * 1e-6;
   if (auto v = config::getEnv("TCCL_BETA_GBPS"))
     m.betaSecPerByte = 1.0 / (parsePositive("TCCL_BETA_GBPS", *v) * 1e9);
+  if (auto v = config::getEnv("TCCL_INTER_ALPHA_US"))
+    m.interAlphaSec = parsePositive("TCCL_INTER_ALPHA_US", *v) * 1e-6;
+  if (auto v = config::getEnv("TCCL_INTER_BETA_GBPS"))
+    m.interBetaSecPerByte = 1.0 / (parsePositive("TCCL_INTER_BETA_GBPS", *v) * 1e9);
   return m;
 }
 
@@ -119,9 +129,12 @@ double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m) {
   return predict(rdSteps(n), rdMaxBytesFactor(n), bytes, m);
 }
 
-double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m) {
+namespace {
+
+double predictFlatSec(Algorithm a, int n, size_t bytes, const LinkModel& m) {
   switch (a) {
     case Algorithm::Ring:
+    case Algorithm::Hierarchical:  // one host, or one rank per host: the ring
       return predictRingSec(n, bytes, m);
     case Algorithm::Naive:
       return predictNaiveSec(n, bytes, m);
@@ -136,30 +149,116 @@ double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m)
   }
 }
 
-Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why) {
+// A flat algorithm's steps and busiest-rank bytes (multiple of V, hd's penalty in).
+std::pair<int, double> flatShape(Algorithm a, int n, const LinkModel& m) {
+  switch (a) {
+    case Algorithm::Ring:
+      return {2 * (n - 1), 2.0 * (n - 1) / n};
+    case Algorithm::Naive:
+      return {n - 1, n - 1.0};
+    case Algorithm::Tree:
+      return {treeSteps(n), treeMaxBytesFactor(n)};
+    case Algorithm::HalvingDoubling:
+      return {hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty};
+    case Algorithm::RecursiveDoubling:
+      return {rdSteps(n), rdMaxBytesFactor(n)};
+    default:
+      return {0, 0.0};
+  }
+}
+
+double egressOf(const HostCosts& h, Algorithm a) {
+  return h.egress[static_cast<size_t>(a) % h.egress.size()];
+}
+
+}  // namespace
+
+HostCosts HostCosts::of(const HostLayout& layout) {
+  HostCosts c;
+  c.hosts = layout.hosts();
+  c.maxLocal = layout.maxLocal();
+  c.leaders = hierUsesLeaders(layout);
+  // A count that every chunking here divides for small worlds; the factors are exact
+  // then and within a few elements in a million otherwise.
+  const size_t count = size_t{1} << 20;
+  for (Algorithm a : allreduceAlgorithms()) {
+    c.egress[static_cast<size_t>(a) % c.egress.size()] =
+        static_cast<double>(hostEgressBytes(a, layout, count, 1)) / static_cast<double>(count);
+  }
+  return c;
+}
+
+double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m,
+                           const HostCosts* hosts) {
+  if (n <= 1) return 0;
+  if (hosts == nullptr || hosts->hosts <= 1) return predictFlatSec(a, n, bytes, m);
+  const double v = static_cast<double>(bytes);
+  const double e = egressOf(*hosts, a);
+  if (a == Algorithm::Hierarchical) {
+    if (hosts->maxLocal <= 1) return predictFlatSec(Algorithm::Ring, n, bytes, m);
+    const double H = hosts->hosts;
+    const double L = hosts->maxLocal;
+    // Steps within hosts; the busiest rank's bytes (all its links) as a multiple of V.
+    const double intraSteps = 2 * (L - 1);
+    const double perRank =
+        hosts->leaders ? 1 + 2 * (H - 1) / H : 2 * (L - 1) / L + 2 * (H - 1) / (H * L);
+    return intraSteps * m.alphaSec + 2 * (H - 1) * m.interAlphaSec +
+           std::max(e * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v;
+  }
+  const auto [steps, perRank] = flatShape(a, n, m);
+  if (steps == 0) return 0;
+  // hd's measured penalty applies to whichever link bounds it.
+  const double penalty = a == Algorithm::HalvingDoubling ? m.hdBandwidthPenalty : 1.0;
+  return steps * m.interAlphaSec +
+         std::max(e * penalty * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v;
+}
+
+Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why,
+                          const HostCosts* hosts) {
   // In order of preference on a tie: the ring (bandwidth-optimal, one predictable
-  // pattern), naive (folds in rank order), then the tree, hd and rd.
-  static constexpr Algorithm kPreference[] = {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
+  // pattern), naive (folds in rank order), then the tree, hd, rd and hierarchical.
+  static constexpr Algorithm kPreference[] = {Algorithm::Ring,
+                                              Algorithm::Naive,
+                                              Algorithm::Tree,
                                               Algorithm::HalvingDoubling,
-                                              Algorithm::RecursiveDoubling};
+                                              Algorithm::RecursiveDoubling,
+                                              Algorithm::Hierarchical};
+  const bool multi = hosts != nullptr && hosts->hosts > 1;
+  const bool hier = hosts != nullptr && hosts->hierarchical();
   Algorithm pick = Algorithm::Ring;
-  double best = predictRingSec(n, bytes, m);
+  double best = predictAllreduceSec(Algorithm::Ring, n, bytes, m, hosts);
   for (Algorithm a : kPreference) {
-    const double t = predictAllreduceSec(a, n, bytes, m);
+    if (a == Algorithm::Hierarchical && !hier) continue;
+    const double t = predictAllreduceSec(a, n, bytes, m, hosts);
     if (t < best) {
       best = t;
       pick = a;
     }
   }
   if (why != nullptr) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "cost model: ring %.1f us, tree %.1f us, hd %.1f us, rd %.1f us, naive %.1f us "
-                  "(alpha %.1f us, %.2f GB/s)",
-                  predictRingSec(n, bytes, m) * 1e6, predictTreeSec(n, bytes, m) * 1e6,
-                  predictHalvingDoublingSec(n, bytes, m) * 1e6,
-                  predictRecursiveDoublingSec(n, bytes, m) * 1e6,
-                  predictNaiveSec(n, bytes, m) * 1e6, m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
+    auto us = [&](Algorithm a) { return predictAllreduceSec(a, n, bytes, m, hosts) * 1e6; };
+    char buf[384];
+    int len = std::snprintf(
+        buf, sizeof buf,
+        "cost model: ring %.1f us, tree %.1f us, hd %.1f us, rd %.1f us, naive %.1f us",
+        us(Algorithm::Ring), us(Algorithm::Tree), us(Algorithm::HalvingDoubling),
+        us(Algorithm::RecursiveDoubling), us(Algorithm::Naive));
+    if (hier && len > 0 && static_cast<size_t>(len) < sizeof buf) {
+      len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", hier %.1f us",
+                           us(Algorithm::Hierarchical));
+    }
+    if (len > 0 && static_cast<size_t>(len) < sizeof buf) {
+      len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len),
+                           " (alpha %.1f us, %.2f GB/s", m.alphaSec * 1e6, 1e-9 / m.betaSecPerByte);
+    }
+    if (multi && len > 0 && static_cast<size_t>(len) < sizeof buf) {
+      len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len),
+                           "; %d hosts, inter-host alpha %.1f us, %.2f GB/s", hosts->hosts,
+                           m.interAlphaSec * 1e6, 1e-9 / m.interBetaSecPerByte);
+    }
+    if (len > 0 && static_cast<size_t>(len) < sizeof buf) {
+      std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ")");
+    }
     *why = buf;
   }
   return pick;

@@ -12,8 +12,25 @@
 // allreduce_algos.hpp). alpha (seconds per message) and beta (seconds per byte)
 // default to loopback-class figures and can be set with TCCL_ALPHA_US and
 // TCCL_BETA_GBPS (1/beta in GB/s). Ties go to the ring, then naive, tree, hd, rd.
+//
+// Across hosts (a HostCosts with more than one host) there are two links: the one
+// above within a host, and the inter-host link (interAlpha, interBeta). A flat
+// algorithm's steps then each pay the inter-host alpha, and its bytes are bounded by
+// the busier of the busiest rank's link and the busiest host's link to the others:
+//   flat: steps * interAlpha + max(E_a * interBeta, bytes_a * beta) * V
+// with E_a the most bytes one host sends to other hosts, as a multiple of V, counted
+// from the actual layout (hostEgressBytes). The hierarchical algorithm (a candidate
+// only with more than one host and more than one rank on some host) pays the intra-host
+// alpha for its steps within hosts and the inter-host one for its steps across:
+//   hier: S_intra * alpha + 2(H-1) * interAlpha + max(E_hier * interBeta, R * beta) * V
+// with H hosts, E_hier ~ 2(H-1)/H, and for L ranks on every host S_intra = 2(L-1),
+// R = 2(L-1)/L + 2(H-1)/(HL); for uneven hosts (its leader variant, chains within
+// hosts) S_intra = 2(Lmax-1), R = 1 + 2(H-1)/H (a leader's bytes). Its phases pipeline
+// segment by segment, so its bytes term is the slower link's share, as for the flat
+// algorithms. Ties go to the flat algorithms.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -22,6 +39,8 @@
 
 namespace tccl::algo {
 
+struct HostLayout;
+
 struct LinkModel {
   double alphaSec = 20e-6;
   double betaSecPerByte = 1.0 / 2.0e9;
@@ -29,11 +48,17 @@ struct LinkModel {
   // at 16-64 MiB on worlds 4 and 8 the ring was 5-12 % faster (docs/PERFORMANCE.md), so
   // hd's byte term counts this much more. In the tune file as hd_bandwidth_penalty=.
   double hdBandwidthPenalty = 1.10;
+  // The link between hosts: 10 Gb/s Ethernet-class defaults (an assumption, not a
+  // measurement: set them for your network). TCCL_INTER_ALPHA_US, TCCL_INTER_BETA_GBPS,
+  // or inter_alpha_us= / inter_beta_gbps= in the tune file.
+  double interAlphaSec = 50e-6;
+  double interBetaSecPerByte = 1.0 / 1.25e9;
   // The defaults, then the tune file (TCCL_TUNE_FILE, else ~/.config/tccl/tune.conf,
   // if it exists; written by `tccl tune`), then TCCL_ALPHA_US / TCCL_BETA_GBPS.
   static LinkModel fromEnv();
-  // "alpha_us=12.5\nbeta_gbps=2.75\n". load() returns nullopt for a missing file and
-  // throws InvalidArgumentError naming the file for a malformed one.
+  // "alpha_us=12.5\nbeta_gbps=2.75\n" (plus optional hd_bandwidth_penalty=,
+  // inter_alpha_us=, inter_beta_gbps= lines). load() returns nullopt for a missing
+  // file and throws InvalidArgumentError naming the file for a malformed one.
   static std::optional<LinkModel> load(const std::string& path);
   void save(const std::string& path) const;
   static std::string tuneFilePath();
@@ -44,12 +69,32 @@ double predictNaiveSec(int n, size_t bytes, const LinkModel& m);
 double predictTreeSec(int n, size_t bytes, const LinkModel& m);
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m);
 double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m);
+
+// What the cost model knows of the hosts (computed once per communicator).
+struct HostCosts {
+  int hosts = 1;
+  int maxLocal = 1;
+  bool leaders = false;  // the hierarchical algorithm uses its leader variant
+  // Per algorithm (index: the enum's value), the busiest host's payload bytes to other
+  // hosts as a multiple of V (hostEgressBytes over a large count).
+  std::array<double, 8> egress{};
+  static HostCosts of(const HostLayout& layout);
+  // Whether the hierarchical algorithm is a candidate.
+  bool hierarchical() const { return hosts > 1 && maxLocal > 1; }
+};
+
 // The prediction for any all-reduce algorithm (0 for Auto or one without a model).
-double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m);
+// Without hosts, or with one host, the one-link model; the hierarchical algorithm
+// there is predicted as the ring (with one host, or one rank per host, it is the ring).
+double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m,
+                           const HostCosts* hosts = nullptr);
 
 // Picks the all-reduce algorithm with the least predicted time; `why` (optional)
 // receives every candidate's prediction: "cost model: ring 12.0 us, tree 8.1 us, ...".
-Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why);
+// With hosts spanning several machines the flat algorithms are predicted over the
+// inter-host link and the hierarchical algorithm competes (see above).
+Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why,
+                          const HostCosts* hosts = nullptr);
 
 // Broadcast of V bytes in segments of S (k = ceil(V/S)), L = ceil(log2 n):
 //   binomial tree (Algorithm::Tree): L rounds, each a full message: L x (alpha + V beta)

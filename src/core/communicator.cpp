@@ -24,6 +24,7 @@
 #include "core/launch_env.hpp"
 #include "core/failure.hpp"
 #include "core/log.hpp"
+#include "core/topology.hpp"
 #include "exec/executor.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/iface.hpp"
@@ -152,6 +153,7 @@ struct Communicator::Impl {
   algo::LinkModel model;
   uint64_t jobId = 0;
   std::unique_ptr<Transport> transport;
+  std::unique_ptr<Topology> topology;  // which ranks share a host (core/topology.hpp)
   Executor executor;
   int64_t seq = 0;
   CallStats last;
@@ -297,6 +299,8 @@ struct Communicator::Impl {
 
   void progressLoop();
   void execute(PreparedCall& call, CallStats* stats);
+  // Auto's all-reduce choice (TCCL_ALGO, else the cost model over this job's hosts).
+  Algorithm chooseAllreduce(size_t bytes, std::string* why) const;
 
   [[noreturn]] void invalid(const std::string& msg) const {
     throwError(ErrorKind::InvalidArgument, msg, rank);
@@ -351,16 +355,18 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   if (rank == 0) {
     uint64_t id = randomJobId();
     if (auto env = config::getEnv("TCCL_JOB_ID")) id = wire::hash64(*env);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g", static_cast<unsigned long long>(id),
-                  m.model.alphaSec, m.model.betaSecPerByte, m.model.hdBandwidthPenalty);
+    char buf[192];
+    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g %.17g %.17g",
+                  static_cast<unsigned long long>(id), m.model.alphaSec, m.model.betaSecPerByte,
+                  m.model.hdBandwidthPenalty, m.model.interAlphaSec, m.model.interBetaSecPerByte);
     m.store->setString("jobid", buf);
     m.jobId = id;
   } else {
     m.store->wait({"jobid"}, m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
     std::istringstream is(m.store->getString("jobid"));
     unsigned long long id = 0;
-    is >> id >> m.model.alphaSec >> m.model.betaSecPerByte >> m.model.hdBandwidthPenalty;
+    is >> id >> m.model.alphaSec >> m.model.betaSecPerByte >> m.model.hdBandwidthPenalty >>
+        m.model.interAlphaSec >> m.model.interBetaSecPerByte;
     if (!is) throwError(ErrorKind::Store, "malformed job record in the store", rank);
     m.jobId = id;
   }
@@ -382,6 +388,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
         m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
+  m.topology =
+      std::make_unique<Topology>(m.store, rank, size, m.transport->listenAddress(), m.timeout);
   m.joined = true;
   m.originalRanks.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) m.originalRanks[static_cast<size_t>(r)] = r;
@@ -493,11 +501,17 @@ LinkEstimate Communicator::measureLinks(int iterations, size_t bandwidthBytes) {
 }
 
 Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why) const {
-  if (impl_->envAlgorithm && *impl_->envAlgorithm != Algorithm::Auto) {
+  return impl_->chooseAllreduce(bytes, why);
+}
+
+Algorithm Communicator::Impl::chooseAllreduce(size_t bytes, std::string* why) const {
+  if (envAlgorithm && *envAlgorithm != Algorithm::Auto) {
     if (why) *why = "TCCL_ALGO";
-    return *impl_->envAlgorithm;
+    return *envAlgorithm;
   }
-  return algo::chooseAllreduce(impl_->size, bytes, impl_->model, why);
+  // More than one rank: the hosts matter (read from the store on first use, which
+  // waits until every rank has published its host).
+  return algo::chooseAllreduce(size, bytes, model, why, size > 1 ? &topology->costs() : nullptr);
 }
 
 // ---- validation ------------------------------------------------------------------------
@@ -600,10 +614,11 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   };
   switch (call.kind) {
     case Kind::AllReduce:
-      if (call.algorithm == Algorithm::Auto) {
-        call.algorithm = chooseAllreduceAlgorithm(block, explain);
-      }
-      if (std::find(algo::allreduceAlgorithms().begin(), algo::allreduceAlgorithms().end(),
+      // Auto is decided when the call runs (execute): the cost model needs the hosts,
+      // read from the store once every rank has joined, and an asynchronous call must
+      // not wait for that here. Every rank decides alike wherever it decides.
+      if (call.algorithm != Algorithm::Auto &&
+          std::find(algo::allreduceAlgorithms().begin(), algo::allreduceAlgorithms().end(),
                     call.algorithm) == algo::allreduceAlgorithms().end()) {
         invalid("algorithm " + std::string(toString(call.algorithm)) + " is not available here");
       }
@@ -1113,6 +1128,10 @@ void Communicator::Impl::progressLoop() {
 // Runs one call on the calling thread. execMu is held.
 void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   checkUsable();  // an earlier queued call may have failed
+  if (call.kind == Kind::AllReduce && call.algorithm == Algorithm::Auto) {
+    call.algorithm = chooseAllreduce(call.count * dataTypeSize(call.dtype),
+                                     log::enabled(log::Level::Info) ? &call.why : nullptr);
+  }
   const char* name = kindName(call.kind);
   const size_t elem = dataTypeSize(call.dtype);
   const size_t c = call.count;
@@ -1145,7 +1164,9 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   };
   switch (call.kind) {
     case Kind::AllReduce:
-      schedule = algo::allreduceSchedule(call.algorithm, rank, size, c, segElems);
+      schedule = algo::allreduceSchedule(
+          call.algorithm, rank, size, c, segElems,
+          call.algorithm == Algorithm::Hierarchical ? &topology->layout() : nullptr);
       // Naive reads its input while it writes its output; in place, it works from a copy.
       if (algo::allreduceReadsInputLate(call.algorithm) && in == out && c > 0 && size > 1) {
         inputCopy.assign(in, in + block);

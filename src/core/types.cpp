@@ -85,6 +85,8 @@ std::string_view toString(Algorithm a) {
       return "rd";
     case Algorithm::Naive:
       return "naive";
+    case Algorithm::Hierarchical:
+      return "hier";
   }
   return "?";
 }
@@ -148,7 +150,9 @@ std::optional<Algorithm> parseAlgorithm(std::string_view s) {
       {"halving-doubling", Algorithm::HalvingDoubling},
       {"rabenseifner", Algorithm::HalvingDoubling},
       {"rd", Algorithm::RecursiveDoubling},
-      {"recursive-doubling", Algorithm::RecursiveDoubling}};
+      {"recursive-doubling", Algorithm::RecursiveDoubling},
+      {"hier", Algorithm::Hierarchical},
+      {"hierarchical", Algorithm::Hierarchical}};
   return lookup(s, kNames);
 }
 

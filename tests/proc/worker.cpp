@@ -16,12 +16,19 @@
 //   mismatch   rank argv[2] calls with a different count.
 //   wait-go    waits for the store key "go" (the test plays a stranger first), then
 //              runs a grid over a small count.
+//   hier       argv[2] lists each rank's fake host ("0,0,1,1,..."): this rank sets
+//              TCCL_HOST_ID accordingly, then runs every dtype x op x placement of the
+//              hierarchical all-reduce over the counts of argv[3], checking exact results
+//              and the payload bytes sent to ranks on its own host and on others against
+//              hierBytesSent; then one Auto call of argv[4] float32 elements that must
+//              pick "hier" (the test makes the inter-host link slow).
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -33,6 +40,7 @@
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
+#include "core/topology.hpp"
 #include "tccl/tccl.hpp"
 #include "transport/wire.hpp"
 
@@ -214,9 +222,14 @@ std::string describe(const Error& e, double seconds) {
   return os.str();
 }
 
+// The hosts of this job as the communicator sees them (hierarchical bytes).
+algo::HostLayout gHosts;
+
 // The payload bytes each algorithm's closed form says rank r sends (docs/algorithms.md).
 uint64_t closedFormBytesSent(Algorithm a, size_t count, size_t elem, int n, int r) {
   switch (a) {
+    case Algorithm::Hierarchical:
+      return algo::hierBytesSent(gHosts, count, elem, r).total();
     case Algorithm::Ring:
       return algo::ringBytesSent(count, elem, n, r);
     case Algorithm::Naive:
@@ -242,6 +255,7 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
                           ReduceOp::Avg};
   // Every all-reduce algorithm this build implements.
   const std::vector<Algorithm>& algos = algo::allreduceAlgorithms();
+  gHosts = Topology::read(comm.store(), "default", n, std::chrono::milliseconds(30000));
   int calls = 0;
   for (size_t count : counts) {
     for (DataType t : dtypes) {
@@ -308,6 +322,77 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
   std::cerr << "[worker rank " << r << "] grid ok: " << calls << " all-reduces" << std::endl;
 }
 
+std::vector<int> parseInts(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+void runHier(Communicator& comm, const std::vector<int>& hostOf, const std::vector<size_t>& counts,
+             size_t autoCount) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const algo::HostLayout hosts =
+      Topology::read(comm.store(), "default", n, std::chrono::milliseconds(30000));
+  std::vector<std::string> keys;
+  for (int h : hostOf) keys.push_back("fakehost" + std::to_string(h));
+  if (hosts.hostOf != algo::HostLayout::fromKeys(keys).hostOf)
+    die("hier: the store's hosts differ");
+  const DataType dtypes[] = {DataType::Float32, DataType::Float64, DataType::Int32,
+                             DataType::Int64,   DataType::Float16, DataType::BFloat16,
+                             DataType::Int8,    DataType::UInt8};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                          ReduceOp::Avg};
+  uint64_t intraTotal = 0, interTotal = 0;
+  for (size_t count : counts) {
+    for (DataType t : dtypes) {
+      const size_t elem = dataTypeSize(t);
+      std::vector<uint8_t> in(count * elem + 1), out(count * elem + 1);
+      for (ReduceOp op : ops) {
+        for (bool inPlace : {false, true}) {
+          std::ostringstream what;
+          what << "hier " << hosts.describe() << " count " << count << " " << toString(t) << " "
+               << toString(op) << (inPlace ? " in-place" : " out-of-place");
+          fillAny(in.data(), count, t, r, op);
+          void* dst = inPlace ? in.data() : out.data();
+          if (!inPlace) std::memset(out.data(), 0xAB, out.size());
+          comm.allreduce(in.data(), dst, count, t, op, {Algorithm::Hierarchical, std::nullopt});
+          checkAny(dst, count, t, n, op, what.str());
+          const CallStats& cs = comm.lastCall();
+          if (cs.algorithm != "hier") die(what.str() + ": ran " + cs.algorithm);
+          algo::HostBytes got;
+          for (const auto& [peer, c] : cs.traffic.perPeer) {
+            const bool same =
+                hosts.hostOf[static_cast<size_t>(peer)] == hosts.hostOf[static_cast<size_t>(r)];
+            (same ? got.intra : got.inter) += c.payloadSent;
+          }
+          const algo::HostBytes want = algo::hierBytesSent(hosts, count, elem, r);
+          if (got.intra != want.intra || got.inter != want.inter) {
+            die(what.str() + ": bytes to this host's ranks " + std::to_string(got.intra) +
+                ", to other hosts " + std::to_string(got.inter) + "; closed forms " +
+                std::to_string(want.intra) + " and " + std::to_string(want.inter));
+          }
+          intraTotal += got.intra;
+          interTotal += got.inter;
+        }
+      }
+    }
+  }
+  // Auto over these hosts (the test sets a slow inter-host link): the cost model's pick.
+  std::vector<float> v(autoCount, static_cast<float>(r));
+  comm.allreduce(std::span<float>(v));
+  const float want = static_cast<float>(n * (n - 1) / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != want) die("hier auto: index " + std::to_string(i) + " = " + std::to_string(v[i]));
+  }
+  std::ostringstream rec;
+  rec << "ok intra=" << intraTotal << " inter=" << interTotal
+      << " auto=" << comm.lastCall().algorithm;
+  publish(comm, "hier", rec.str());
+}
+
 int runFailure(Communicator& comm, const std::string& scenario, int culprit, int sleepMs) {
   const int r = comm.rank();
   size_t count = 4096;
@@ -363,6 +448,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string scenario = argv[1];
+  if (scenario == "hier") {
+    // Fake hosts: this rank's host from the map in argv[2], before the communicator
+    // publishes it.
+    const std::vector<int> hostOf = parseInts(argc > 2 ? argv[2] : "");
+    const char* rank = std::getenv("TCCL_RANK");
+    const size_t r = rank ? static_cast<size_t>(std::atoi(rank)) : 0;
+    if (r >= hostOf.size()) die("hier: no host for rank " + std::to_string(r));
+    ::setenv("TCCL_HOST_ID", ("fakehost" + std::to_string(hostOf[r])).c_str(), 1);
+  }
   try {
     CommOptions opts;
     opts.timeout = std::chrono::milliseconds(30000);
@@ -371,6 +465,9 @@ int main(int argc, char** argv) {
     if (scenario == "grid") {
       runGrid(comm, parseCounts(argc > 2 ? argv[2] : "0,1,N-1,N,N+1,100003", comm.size()));
       publish(comm, scenario, "ok");
+    } else if (scenario == "hier") {
+      runHier(comm, parseInts(argv[2]), parseCounts(argc > 3 ? argv[3] : "1", comm.size()),
+              argc > 4 ? std::stoull(argv[4]) : 1000);
     } else if (scenario == "wait-go") {
       comm.store()->wait({"go"}, std::chrono::milliseconds(30000));
       runGrid(comm, parseCounts("0,1,N+1,1000", comm.size()));

@@ -1,0 +1,52 @@
+// The hierarchical all-reduce over real processes and sockets, with hosts faked per
+// rank through TCCL_HOST_ID (tests/proc/worker.cpp, scenario "hier"): exact results for
+// every dtype, op and placement, and the payload bytes each rank sends to ranks on its
+// own host and on other hosts equal to the closed forms (hierBytesSent), for a uniform
+// layout (the shard variant), an interleaved one and an uneven one (the leader
+// variant). The inter-host link is declared slow (TCCL_INTER_BETA_GBPS), so Auto must
+// pick hier for a large call.
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+using namespace tccl;
+using namespace tccl::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct HierCase {
+  const char* name;
+  const char* hosts;  // each rank's host
+  const char* counts;
+};
+
+class HierProc : public ::testing::TestWithParam<HierCase> {};
+
+TEST_P(HierProc, ExactResultsAndBytesWithinAndAcrossHosts) {
+  const HierCase& c = GetParam();
+  JobSpec spec;
+  spec.world = 8;
+  spec.args = {"hier", c.hosts, c.counts, "100003"};
+  spec.extraEnv = {{"TCCL_INTER_BETA_GBPS", "0.01"}};
+  spec.deadline = 240s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  uint64_t inter = 0;
+  for (int r = 0; r < 8; ++r) {
+    const std::string& rec = job.records[r];
+    ASSERT_EQ(rec.rfind("ok", 0), 0u) << describe(job);
+    EXPECT_NE(rec.find("auto=hier"), std::string::npos) << "rank " << r << ": " << rec;
+    inter += std::stoull(rec.substr(rec.find("inter=") + 6));
+  }
+  EXPECT_GT(inter, 0u) << "nothing crossed hosts";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, HierProc,
+    ::testing::Values(HierCase{"four_hosts_of_two", "0,0,1,1,2,2,3,3", "0,1,N-1,N+1,100003"},
+                      HierCase{"interleaved", "0,1,2,3,0,1,2,3", "1,N+1,1001"},
+                      HierCase{"uneven_3_1_2_2", "0,0,0,1,2,2,3,3", "0,1,N+1,100003"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
