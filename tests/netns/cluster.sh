@@ -156,7 +156,8 @@ cluster_up() {  # hosts
   cluster_add_host x || return 1
   # Bridge ports forward at once (no STP); wait until every veth reports carrier.
   local tries=0
-  while ip -n "$br" -o link show type veth | grep -q 'NO-CARRIER\|state DOWN'; do
+  # (grep -c reads to the end: grep -q could SIGPIPE ip, which pipefail reports.)
+  while [ "$(ip -n "$br" -o link show type veth | grep -c 'NO-CARRIER\|state DOWN')" != 0 ]; do
     tries=$((tries + 1))
     [ $tries -gt 100 ] && { echo "cluster: links did not come up" >&2; return 1; }
     sleep 0.05

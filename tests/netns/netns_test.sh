@@ -87,7 +87,8 @@ run_job() {
 }
 
 job_ok() { [ "$JOB_RC" -eq 0 ]; }
-logs_have() { cat "$LOGDIR/$1".*.log | grep -q -- "$2"; }
+# grep reads the files itself: `cat | grep -q` can fail under pipefail (SIGPIPE to cat).
+logs_have() { grep -q -- "$2" "$LOGDIR/$1".*.log; }
 logs_count() { cat "$LOGDIR/$1".*.log | grep -c -- "$2"; }
 
 have_algo() { "$WORKER" has-algo "$1"; }
@@ -154,7 +155,7 @@ case_ifname() {
   check "TCCL_SOCKET_IFNAME=nosuch9 fails" test "$JOB_RC" -ne 0 -a "$JOB_RC" -ne 124
   check "TCCL_SOCKET_IFNAME=nosuch9 fails quickly" test "$JOB_MS" -lt 30000
   check "TCCL_SOCKET_IFNAME=nosuch9: the error names the variable and the value" \
-    bash -c "cat '$LOGDIR'/ifname-none.*.log | grep 'TCCL_SOCKET_IFNAME' | grep -q nosuch9"
+    logs_have ifname-none "TCCL_SOCKET_IFNAME='nosuch9'"
 }
 
 # ---- strangers: a process of no job knocks on the ranks' ports ------------------------
@@ -235,7 +236,8 @@ case_ratelimit() {
   check "ring beats naive by the margin the bytes predict" logs_have ratelimit "timing: PASS"
 }
 
-"$TCCL" --help 2>/dev/null | grep -q "^  launch" || { echo "FAILED: $TCCL has no launch command"; exit 1; }
+"$TCCL" --help 2>/dev/null | grep "^  launch" >/dev/null ||
+  { echo "FAILED: $TCCL has no launch command"; exit 1; }
 cluster_require
 cluster_up $HOSTS || { echo "FAILED: could not build the namespace cluster"; exit 1; }
 trap 'finish' EXIT
