@@ -5,6 +5,7 @@ set -euo pipefail
 want=(cmake ninja-build g++ make libssl-dev)  # libssl-dev: libcrypto for the handshake HMAC
 if [ "${1:-build}" = test ]; then
   want+=(libgtest-dev python3)  # python3: the CLI tests check JSON and SVG output with it
+  want+=(iproute2)  # ip, tc, ss: tests/netns builds a cluster of network namespaces
   # The Python package and torch backend (python/, tests/python): built when found.
   want+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-torch libtorch-dev)
   want+=(openmpi-bin)  # mpirun: tests/cli/launch_test.sh starts a tccl program under Open MPI
