@@ -95,7 +95,6 @@ cluster_reap_stale() {
 }
 
 cluster_skip() {
-  echo "SKIPPED: $*" >&2
   echo "SKIPPED: $*"
   exit 77
 }

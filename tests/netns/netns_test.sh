@@ -238,9 +238,10 @@ case_ratelimit() {
 
 "$TCCL" --help 2>/dev/null | grep "^  launch" >/dev/null ||
   { echo "FAILED: $TCCL has no launch command"; exit 1; }
+trap 'finish' EXIT
 cluster_require
 cluster_up $HOSTS || { echo "FAILED: could not build the namespace cluster"; exit 1; }
-trap 'finish' EXIT
+trap 'finish' EXIT  # cluster_up set its own traps; finish also deletes the cluster
 case $case_name in
   collectives | bytes | ifname | stranger | ratelimit) "case_$case_name" ;;
   all) for c in collectives bytes ifname stranger ratelimit; do "case_$c"; done ;;
