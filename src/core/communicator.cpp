@@ -4,9 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <algorithm>
-
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,8 +20,8 @@
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
 #include "core/config.hpp"
-#include "core/launch_env.hpp"
 #include "core/failure.hpp"
+#include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "core/topology.hpp"
 #include "exec/executor.hpp"
@@ -126,6 +125,9 @@ struct Running {
   int root = -1;
   Algorithm algorithm = Algorithm::Ring;
   uint32_t fingerprint = 0;
+  // The heartbeat period during this call: shorter than the communicator's when the
+  // call's own timeout is (so that a silent peer is still found within 2x of it).
+  std::chrono::milliseconds period{0};
 };
 
 std::string describe(int64_t seq, const Running& r) {
@@ -182,7 +184,7 @@ struct Communicator::Impl {
   // made readable on abort) so that an abort from another thread ends its wait.
   std::atomic<bool> abortFlag{false};
   int wakeFd = -1;
-  std::optional<FaultSpec> fault;  // TCCL_FAULT
+  std::optional<FaultSpec> fault;         // TCCL_FAULT
   std::chrono::milliseconds hbPeriod{0};  // 0: no heartbeats
   std::thread heartbeat;
   std::mutex hbMu;  // guards hbStop, running, enteredSeq, completedSeq (leaf lock)
@@ -383,9 +385,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     // refused when the job may span hosts (src/transport/iface.hpp, docs/network.md).
     std::string route;
     if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) route = tcp->localAddress();
-    tc.listenAddress = net::decideListenAddress(
-        options.listenAddress, route, *m.store, rank, size,
-        m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
+    tc.listenAddress =
+        net::decideListenAddress(options.listenAddress, route, *m.store, rank, size,
+                                 m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
   m.topology =
@@ -813,7 +815,14 @@ void Communicator::Impl::heartbeatLoop() {
   int stuckBeats = 0;
   int64_t checkedSeq = -1;  // last collective checked for a signature disagreement
   std::unique_lock<std::mutex> lk(hbMu);
-  while (!hbCv.wait_for(lk, hbPeriod, [&] { return hbStop; })) {
+  for (;;) {
+    const bool inCall = enteredSeq > completedSeq && running.period.count() > 0;
+    const auto period = inCall ? std::min(hbPeriod, running.period) : hbPeriod;
+    const int64_t seen = enteredSeq;
+    // Wake early when a call with a shorter period starts.
+    if (hbCv.wait_for(lk, period,
+                      [&] { return hbStop || (enteredSeq != seen && running.period < period); }))
+      if (hbStop) break;
     const int64_t entered = enteredSeq;
     const bool inside = enteredSeq > completedSeq;
     lk.unlock();
@@ -921,9 +930,10 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
                      std::to_string(what.fingerprint) + " " + mine);
   } catch (const std::exception&) {
   }
-  const auto period = std::max(hbPeriod, std::chrono::milliseconds(50));
-  const auto sigWait = std::clamp(timeout / 4, std::chrono::milliseconds(100),
-                                  std::chrono::milliseconds(1000));
+  const auto period = what.period.count() > 0 ? std::min(hbPeriod, what.period) : hbPeriod;
+  const auto callTimeout = call.timeout.value_or(timeout);
+  const auto sigWait =
+      std::clamp(callTimeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
   if (!claim()) {
     if (auto cause = awaitCause(3 * period + sigWait + std::chrono::milliseconds(3000)))
       return *cause;
@@ -941,8 +951,8 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
       auto first = readHeartbeats();
       std::this_thread::sleep_for(2 * period + std::chrono::milliseconds(20));
       auto second = readHeartbeats();
-      auto v = failure::judgeTimeout(rank, size, call.seq, what.fingerprint, first, second,
-                                     local.peer);
+      auto v =
+          failure::judgeTimeout(rank, size, call.seq, what.fingerprint, first, second, local.peer);
       c.kind = v.kind;
       c.culprit = v.culprit;
       c.message = v.reason + "; this rank waited on rank " + std::to_string(local.peer) + ": " +
@@ -978,7 +988,8 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
                     " closed its connections (the process exited or was killed): " + local.message;
       break;
   }
-  if (c.culprit >= 0 && c.culprit != rank) c.culpritAddress = transport->publishedAddress(c.culprit);
+  if (c.culprit >= 0 && c.culprit != rank)
+    c.culpritAddress = transport->publishedAddress(c.culprit);
   publishCause(c);
   return c;
 }
@@ -1258,10 +1269,18 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   what.root = call.root;
   what.algorithm = call.algorithm;
   what.fingerprint = ctx.fingerprint;
+  if (timeoutMs > 0 && hbPeriod.count() > 0)
+    what.period =
+        std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs / 10, 20, hbPeriod.count()));
   if (!ctx.p2p) {
-    std::lock_guard<std::mutex> lk(hbMu);
-    running = what;
-    enteredSeq = call.seq;
+    bool faster = false;
+    {
+      std::lock_guard<std::mutex> lk(hbMu);
+      faster = what.period.count() > 0 && what.period < hbPeriod;
+      running = what;
+      enteredSeq = call.seq;
+    }
+    if (faster) hbCv.notify_all();
   }
 
   const CommStats before = transport->stats();
