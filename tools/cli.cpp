@@ -137,7 +137,8 @@ Algorithm Args::getAlgorithm(const std::string& name, Algorithm dflt) const {
   if (!v) return dflt;
   auto a = parseAlgorithm(*v);
   if (!a)
-    throw UsageError{"unknown algorithm '" + *v + "' (expected auto, ring, naive, tree, hd or rd)"};
+    throw UsageError{"unknown algorithm '" + *v +
+                     "' (expected auto, ring, naive, tree, hd, rd or hier)"};
   return *a;
 }
 

@@ -53,7 +53,7 @@ std::optional<Algorithm> allreduceAlgorithm() {
     if (!a) {
       throwError(ErrorKind::InvalidArgument,
                  "TCCL_ALGO='" + *v + "': unknown all-reduce algorithm '" + std::string(item) +
-                     "' (expected auto, ring, naive, tree, hd or rd)");
+                     "' (expected auto, ring, naive, tree, hd, rd or hier)");
     }
     return a;
   }

@@ -465,6 +465,9 @@ TEST(HierarchicalCostModel, AutoPicksItWhereItWinsAndOnlyAcrossHosts) {
   // With the defaults too, at 64 MiB (1.5 V across hosts in 6 steps, the ring's 1.75 V
   // in 14).
   EXPECT_EQ(chooseAllreduce(8, size_t{64} << 20, m, nullptr, &multi), Algorithm::Hierarchical);
+  // The crossover with rd (3 x 50 us + 4 V x 0.8 ns against 340 us + 1.5 V x 0.8 ns): 95 KB.
+  EXPECT_EQ(chooseAllreduce(8, 90000, m, nullptr, &multi), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(8, 100000, m, nullptr, &multi), Algorithm::Hierarchical);
   // Single-host reporting is unchanged.
   chooseAllreduce(8, 8, m, &why, &oneHost);
   EXPECT_EQ(why.find("hier"), std::string::npos) << why;
