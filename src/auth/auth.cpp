@@ -23,15 +23,6 @@ namespace {
 constexpr size_t kMaxKeyFileBytes = 4096;
 constexpr char kDomain[] = "tccl-auth-v1";  // 12 bytes, no terminator in the transcript
 
-bool isSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Bytes of a key file, at most kMaxKeyFileBytes + 1 of them (one more says "too big").
 std::string readKeyFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -104,26 +95,8 @@ std::string Key::id() const {
 }
 
 KeyPtr parseHexKey(std::string_view text, std::string* error) {
-  while (!text.empty() && isSpace(text.front())) text.remove_prefix(1);
-  while (!text.empty() && isSpace(text.back())) text.remove_suffix(1);
-  if (text.size() % 2 != 0 || text.size() < 2 * kMinKeyBytes || text.size() > 2 * kMaxKeyBytes) {
-    *error = "expected an even number of hex digits, " + std::to_string(2 * kMinKeyBytes) + " to " +
-             std::to_string(2 * kMaxKeyBytes) + " of them (e.g. `openssl rand -hex 32`)," +
-             " got " + std::to_string(text.size()) + " characters";
-    return nullptr;
-  }
-  std::vector<uint8_t> bytes(text.size() / 2);
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const int hi = hexValue(text[2 * i]);
-    const int lo = hexValue(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      OPENSSL_cleanse(bytes.data(), bytes.size());
-      *error = "character " + std::to_string(2 * i + (hi < 0 ? 0 : 1) + 1) +
-               " is not a hex digit (the key must be hex, e.g. `openssl rand -hex 32`)";
-      return nullptr;
-    }
-    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  std::vector<uint8_t> bytes;
+  if (!decodeHexKey(text, &bytes, error)) return nullptr;
   return std::make_shared<const Key>(std::move(bytes));
 }
 

@@ -30,13 +30,12 @@
 #include <string_view>
 #include <vector>
 
+#include "auth/key_text.hpp"
+
 namespace tccl::auth {
 
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;  // HMAC-SHA256
-// Key length limits, in bytes (the environment variable holds twice as many hex digits).
-inline constexpr size_t kMinKeyBytes = 16;
-inline constexpr size_t kMaxKeyBytes = 256;
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
@@ -61,9 +60,9 @@ class Key {
 
 using KeyPtr = std::shared_ptr<const Key>;
 
-// Parses a key written as hex digits (either case), 2 x kMinKeyBytes to 2 x kMaxKeyBytes
-// of them, surrounding whitespace ignored. On failure returns nullptr and says why in
-// *error (never quoting the text: it may be a mistyped secret).
+// A key from its text form (decodeHexKey in key_text.hpp: hex digits, either case,
+// 2 x kMinKeyBytes to 2 x kMaxKeyBytes of them, surrounding whitespace ignored). On
+// failure returns nullptr and says why in *error (never quoting the text).
 KeyPtr parseHexKey(std::string_view text, std::string* error);
 
 // The key of this process's job: TCCL_AUTH_KEY (hex), or TCCL_AUTH_KEY_FILE (a file

@@ -264,6 +264,20 @@ void failureSeeds(const fs::path& root) {
   add("judge", 2, judge);
 }
 
+// Key texts as users write them (auth/key_text.hpp): `openssl rand -hex 32` with its
+// newline, upper case, the shortest and longest allowed, and near misses.
+void keySeeds(const fs::path& root) {
+  Corpus c(root, "auth_key_fuzz");
+  auto add = [&](const std::string& name, const std::string& text) { c.add(name, toBytes(text)); };
+  add("hex32-newline", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n");
+  add("upper-padded", "  00112233445566778899AABBCCDDEEFF\r\n");
+  add("shortest", std::string(32, 'a'));
+  add("longest", std::string(512, 'f'));
+  add("too-short", std::string(30, '0'));
+  add("odd", std::string(33, '1'));
+  add("not-hex", "0x00112233445566778899aabbccddeeff");
+}
+
 }  // namespace
 }  // namespace tccl::fuzz
 
@@ -278,5 +292,6 @@ int main(int argc, char** argv) {
   tccl::fuzz::requestSeeds(root);
   tccl::fuzz::responseSeeds(root);
   tccl::fuzz::failureSeeds(root);
+  tccl::fuzz::keySeeds(root);
   return 0;
 }
