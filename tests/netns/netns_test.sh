@@ -116,6 +116,16 @@ case_bytes() {
     check "bytes $algo job exits 0" job_ok
     check "bytes $algo: counters match" logs_have "bytes-$algo" "bytes: PASS"
   done
+  # Auto, told nothing about the hosts: the cost model sees the layout (4 hosts x 2 ranks)
+  # and, for 8 MiB, must choose the algorithm that moves least between hosts: hier.
+  if have_algo hier; then
+    run_job bytes-auto $HOSTS $NPROC -- bytes auto $count mgmt0
+    grep -h '^\(\[.*\] \)\?\(bytes\|  \)' "$LOGDIR/bytes-auto".0.log
+    check "bytes auto job exits 0" job_ok
+    check "auto chooses hier across 4 hosts x 2 ranks at 8 MiB" logs_have bytes-auto \
+      "bytes: auto chose hier"
+    check "bytes auto: counters match" logs_have bytes-auto "bytes: PASS"
+  fi
 }
 
 # ---- interface selection ---------------------------------------------------------------

@@ -11,6 +11,7 @@
 //                            the namespace); rank 0 compares, per host, the bytes that
 //                            left and entered through IFACE with the algorithm's expected
 //                            inter-host bytes, and checks the other interfaces stayed quiet
+//                            (ALGO auto: prints "auto chose X" and expects X's bytes)
 //   timing COUNT REPS MBIT MINRATIO
 //                            median time of ring and naive all-reduce over rate-limited
 //                            links: both no faster than their bytes allow, naive/ring above
@@ -130,7 +131,7 @@ void allreduceChecked(Job& job, Algorithm algo, size_t count) {
   job.comm.allreduce(in.data(), out.data(), count, DataType::Int32, ReduceOp::Sum, o);
   const std::string what =
       "allreduce " + std::string(toString(algo)) + " count " + std::to_string(count) + ": ";
-  check(job.comm.lastCall().algorithm == toString(algo),
+  check(algo == Algorithm::Auto || job.comm.lastCall().algorithm == toString(algo),
         what + "ran " + job.comm.lastCall().algorithm);
   for (size_t i = 0; i < count; ++i) {
     if (out[i] != sumOf(job.n, i))
@@ -270,9 +271,9 @@ std::string mib(int64_t b) {
   return buf;
 }
 
-int bytesMain(Job& job, const std::string& algoName, size_t count, const std::string& iface) {
-  auto algo = parseAlgorithm(algoName);
-  check(algo.has_value(), "unknown algorithm '" + algoName + "'");
+int bytesMain(Job& job, const std::string& requested, size_t count, const std::string& iface) {
+  auto algo = parseAlgorithm(requested);
+  check(algo.has_value(), "unknown algorithm '" + requested + "'");
   const size_t elem = sizeof(int32_t);
   const size_t H = static_cast<size_t>(job.hosts), N = static_cast<size_t>(job.n);
   // Connect first (a full-size call of the same algorithm: the same peers), so that the
@@ -286,6 +287,10 @@ int bytesMain(Job& job, const std::string& algoName, size_t count, const std::st
   job.comm.barrier();
   allreduceChecked(job, *algo, count);
   CallStats call = job.comm.lastCall();
+  // With auto, the expectations are those of the algorithm the cost model chose.
+  const std::string algoName = call.algorithm;
+  algo = parseAlgorithm(algoName);
+  check(algo.has_value() && *algo != Algorithm::Auto, "ran an unknown algorithm " + algoName);
   job.comm.barrier();
   std::map<std::string, IfaceBytes> after;
   if (job.reporter()) after = readInterfaces();
@@ -326,6 +331,8 @@ int bytesMain(Job& job, const std::string& algoName, size_t count, const std::st
   check(ifIt != names.end(), "no interface named " + iface + " in host 0");
   const size_t col = static_cast<size_t>(ifIt - names.begin());
   const int64_t V = static_cast<int64_t>(count * elem);
+  if (*parseAlgorithm(requested) == Algorithm::Auto)
+    std::cout << "bytes: auto chose " << algoName << "\n";
   std::cout << "bytes: all-reduce " << algoName << " of V = " << mib(V) << " (" << count
             << " int32), " << N << " ranks on " << H << " hosts, measured on " << iface << "\n";
   bool ok = true;
