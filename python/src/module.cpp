@@ -737,7 +737,8 @@ PYBIND11_MODULE(_tccl, m) {
       .value("NAIVE", tccl::Algorithm::Naive)
       .value("TREE", tccl::Algorithm::Tree)
       .value("HALVING_DOUBLING", tccl::Algorithm::HalvingDoubling)
-      .value("RECURSIVE_DOUBLING", tccl::Algorithm::RecursiveDoubling);
+      .value("RECURSIVE_DOUBLING", tccl::Algorithm::RecursiveDoubling)
+      .value("HIERARCHICAL", tccl::Algorithm::Hierarchical);
   m.def("parse_algorithm", [](const std::string& s) -> tccl::Algorithm {
     if (auto a = tccl::parseAlgorithm(s)) return *a;
     invalid("unknown algorithm '" + s + "'");
