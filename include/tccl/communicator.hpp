@@ -206,7 +206,9 @@ class Communicator {
   // The model Auto uses now (rank 0's: defaults, tune file, environment, or measured).
   LinkEstimate linkModel() const;
 
-  // The algorithm Auto would run for an all-reduce of this many bytes, and why.
+  // The algorithm Auto would run for an all-reduce of this many bytes, and why. With
+  // more than one rank the model needs every rank's host: the first call (or the first
+  // Auto all-reduce) reads them from the store, waiting until every rank has joined.
   Algorithm chooseAllreduceAlgorithm(size_t bytes, std::string* why = nullptr) const;
 
   // What the last blocking call did: algorithm, time and its own byte counters (an
