@@ -263,9 +263,19 @@ class FaultWorker {
         rec_["shrink_members"] = list;
         rec_["shrink_size"] = std::to_string(comm_.size());
         rec_["shrink_rank"] = std::to_string(comm_.rank());
-        rec_["shrink_at"] = std::to_string(it);
         shrunk = true;
-        --it;
+        // Survivors may have failed in different iterations (one that got what it
+        // needed from the culprit finished the iteration the others failed in):
+        // agree on the earliest and redo from there on the smaller world.
+        int64_t resume = it;
+        try {
+          comm_.allreduce(&resume, 1, DataType::Int64, ReduceOp::Min);
+        } catch (const Error& re) {
+          rec_["shrink_error"] = std::string("agreeing where to resume: ") + re.what();
+          return;
+        }
+        rec_["resume_at"] = std::to_string(resume);
+        it = static_cast<int>(resume) - 1;
         continue;
       }
       if (!verify(call, it, members)) {
@@ -674,6 +684,10 @@ void printText(const ScenarioResult& r, const FaultsConfig& c) {
       std::cout << "completed without error" << (o.rank == s.culprit ? " (culprit)" : "") << "\n";
       continue;
     }
+    if (o.get("status") == "setup-error") {
+      std::cout << "failed outside the scenario: " << o.get("message") << "\n";
+      continue;
+    }
     if (o.get("status") == "wrong") {
       std::cout << "WRONG RESULT: " << o.get("wrong") << "\n";
       continue;
@@ -685,7 +699,8 @@ void printText(const ScenarioResult& r, const FaultsConfig& c) {
     if (s.shrink && !o.get("shrink_size").empty()) {
       std::cout << "      shrink: new rank " << o.get("shrink_rank") << " of "
                 << o.get("shrink_size") << " (members " << o.get("shrink_members") << ") in "
-                << fmtMs(std::stod(o.get("shrink_ms"))) << "; " << o.get("verified_after_shrink")
+                << fmtMs(std::stod(o.get("shrink_ms"))) << "; resumed at iteration "
+                << o.get("resume_at") << ", " << o.get("verified_after_shrink")
                 << " more all-reduces verified exactly\n";
     }
     if (o.rank == s.culprit && !s.culpritReports) std::cout << "      (this is the culprit)\n";
@@ -723,7 +738,7 @@ std::string resultJson(const ScenarioResult& r, const FaultsConfig& c) {
       if (!o.get(k).empty()) js << ", \"" << k << "\": " << jsonString(o.get(k));
     }
     for (const char* k : {"culprit", "detected_by", "peer", "seq", "step", "steps", "later_culprit",
-                          "shrink_size", "shrink_rank", "verified_after_shrink"}) {
+                          "shrink_size", "shrink_rank", "resume_at", "verified_after_shrink"}) {
       if (!o.get(k).empty()) js << ", \"" << k << "\": " << std::stol(o.get(k));
     }
     for (const char* k : {"elapsed_ms", "shrink_ms"}) {

@@ -394,7 +394,19 @@ class Worker {
         rec_["shrink_rank"] = std::to_string(comm_.rank());
         rec_["shrink_members"] = list;
         shrunk = true;
-        --it;  // redo this iteration on the smaller world
+        // The survivors may have failed in different iterations (one that got all
+        // it needed from the culprit finished the iteration the others failed in):
+        // agree on the earliest and redo from there on the smaller world.
+        int64_t resume = it;
+        try {
+          comm_.allreduce(&resume, 1, DataType::Int64, ReduceOp::Min);
+        } catch (const Error& re) {
+          rec_["shrink_error"] = std::string("agreeing where to resume: ") + re.what();
+          publish();
+          return 0;
+        }
+        rec_["resume_at"] = std::to_string(resume);
+        it = static_cast<int>(resume) - 1;
         continue;
       }
       // Exact check against the members' contributions.
