@@ -782,8 +782,11 @@ FaultsConfig parseConfig(const Args& a) {
   c.json = a.flag("json");
   if (c.world < 2 || c.world > 64)
     throw UsageError{"--world must be in [2, 64] (got " + std::to_string(c.world) + ")"};
-  if (c.algo == Algorithm::Auto)
-    throw UsageError{"--algo must name an algorithm (ring, tree, hd, rd or naive), not auto"};
+  // Auto would choose at run time, and the hierarchical all-reduce's schedule depends on
+  // the host layout: the scenarios need to know the culprit's steps in advance.
+  if (c.algo == Algorithm::Auto || c.algo == Algorithm::Hierarchical)
+    throw UsageError{"--algo must be ring, tree, hd, rd or naive (not " +
+                     std::string(toString(c.algo)) + ")"};
   if (c.timeoutMs < 100) throw UsageError{"--timeout-ms must be at least 100"};
   if (c.count < static_cast<size_t>(c.world))
     throw UsageError{"--count must be at least the world size"};

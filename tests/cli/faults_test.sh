@@ -76,7 +76,7 @@ check "a wrong detection exits 1" test $rc -eq 1
 check "it says why" grep -q "the fault did not fire" <<<"$out"
 
 for bad in "" "--kill 9" "--kill 1 --at nosuch:1" "--kill 1 --at reduce-scatter:7" "--world 1 --kill 0" \
-  "--algo auto --kill 1" "--skip 0 --world 2" "--kill 1 --stop 2" "--stuck 1 --at reduce-scatter:1" "--bogus"; do
+  "--algo auto --kill 1" "--algo hier --kill 1" "--skip 0 --world 2" "--kill 1 --stop 2" "--stuck 1 --at reduce-scatter:1" "--bogus"; do
   err=$(timeout 30 "$tccl" faults $bad 2>&1 >/dev/null); rc=$?
   check "faults $bad exits 2" test $rc -eq 2
   check "faults $bad prints one line" test "$(wc -l <<<"$err")" -eq 1
