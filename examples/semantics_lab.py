@@ -17,6 +17,7 @@ Run it on 2 or 3 local ranks (build first; see docs/python.md):
 """
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -25,7 +26,9 @@ import tccl
 
 
 def say(comm, *args):
-    print(f"[rank {comm.rank}]", *args, flush=True)
+    # One write per line: the ranks share the launcher's stdout.
+    sys.stdout.write(" ".join([f"[rank {comm.rank}]", *map(str, args)]) + "\n")
+    sys.stdout.flush()
 
 
 def scalars(comm):

@@ -240,14 +240,14 @@ class TcclWork final : public c10d::Work {
       : c10d::Work(rank, type),
         work_(std::move(work)),
         outputs_(std::move(outputs)),
-        keepAlive_(std::move(keepAlive)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))),
         unpackError_(std::make_shared<UnpackError>()) {
-    // The callback holds what it needs, never this Work: the c10d Work may be dropped
-    // before the collective finishes.
+    // The callback holds every tensor the collective touches (tccl keeps it until it has
+    // run), and never this Work: the c10d Work may be dropped before the collective ends.
     tccl::Work* raw = work_.get();
-    work_->onComplete([raw, future = future_, outputs = outputs_, unpack = std::move(unpackResults),
+    work_->onComplete([raw, future = future_, outputs = outputs_, keepAlive = std::move(keepAlive),
+                       unpack = std::move(unpackResults),
                        unpackError = unpackError_](const tccl::Error* error) {
       std::exception_ptr e;
       if (error) {
@@ -294,7 +294,6 @@ class TcclWork final : public c10d::Work {
   };
   tccl::WorkPtr work_;
   std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> keepAlive_;  // inputs and scratch, until the work is dropped
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<UnpackError> unpackError_;
 };

@@ -11,6 +11,16 @@ from ranks import WORKERS
 SCRIPT = os.path.join(WORKERS, "launch_worker.py")
 
 
+def json_objects(text):
+    """Every JSON object in text (the ranks share one stdout, so lines may interleave)."""
+    decoder, out, i = json.JSONDecoder(), [], text.find("{")
+    while i >= 0:
+        obj, end = decoder.raw_decode(text, i)
+        out.append(obj)
+        i = text.find("{", end)
+    return out
+
+
 def launch(*args, timeout=60):
     env = dict(os.environ, TCCL_DEBUG="NONE")
     env.pop("TCCL_STORE", None)
@@ -21,7 +31,7 @@ def launch(*args, timeout=60):
 def test_three_ranks_get_their_variables_and_reduce():
     p = launch("--nproc-per-node", "3", SCRIPT, "ok")
     assert p.returncode == 0, p.stderr
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    rows = json_objects(p.stdout)
     assert len(rows) == 3, p.stdout
     assert sorted(int(r["env"]["RANK"]) for r in rows) == [0, 1, 2]
     ports = {r["env"]["MASTER_PORT"] for r in rows}
