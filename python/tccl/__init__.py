@@ -15,6 +15,7 @@ buffer protocol; they are used in place. Errors are tccl.Error subclasses carryi
 failure's fields (kind, rank, culprit, collective, seq, step, ...). See docs/python.md.
 """
 
+import atexit as _atexit
 import datetime as _datetime
 import sys as _sys
 
@@ -463,6 +464,11 @@ def destroy_process_group():
     """Drops the default communicator (it closes once its pending Works are gone too)."""
     global _default
     _default = None
+
+
+# Close the default communicator while the interpreter is whole (its destructor may wait for
+# the other ranks to leave the store), not at some point of the interpreter's teardown.
+_atexit.register(destroy_process_group)
 
 
 def is_initialized():
