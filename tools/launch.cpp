@@ -33,7 +33,6 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "auth/auth.hpp"
 #include "cli.hpp"
@@ -655,7 +654,17 @@ void waitForOtherNodes(TcpStore& store, const LaunchConfig& c, bool failed) {
   while (Clock::now() < until) {
     done = store.add(key, 0);
     if (done >= c.nnodes) return;
-    std::this_thread::sleep_for(50ms);
+    pollfd pfd{gSignalPipe[0], POLLIN, 0};
+    if (::poll(&pfd, 1, 50) > 0) {
+      unsigned char sig = 0;
+      while (::read(gSignalPipe[0], &sig, 1) == 1) {
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+          say("got " + signalName(sig) + " while " + std::to_string(c.nnodes - done) +
+              " other node(s) still use the store; closing it");
+          return;
+        }
+      }
+    }
   }
   say("gave up after " + std::to_string(static_cast<int64_t>(limit.count())) + " s waiting for " +
       std::to_string(c.nnodes - done) + " other node(s) to finish; closing the store");
