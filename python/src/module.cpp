@@ -70,21 +70,28 @@ void setErrorFields(py::object& exc, const tccl::ErrorInfo& i) {
   exc.attr("remote_signature") = orNone(i.remoteSignature);
 }
 
+PyObject* errorClass(tccl::ErrorKind kind) {
+  const auto k = static_cast<size_t>(kind);
+  return k < kNumKinds && gErrorClasses[k] != nullptr ? gErrorClasses[k] : PyExc_RuntimeError;
+}
+
+// The Python exception object (not raised) for an error.
+py::object makeError(const tccl::ErrorInfo& info, const std::string& what) {
+  PyObject* cls = errorClass(info.kind);
+  py::object exc = py::reinterpret_borrow<py::object>(cls)(py::str(what));
+  if (cls != PyExc_RuntimeError) setErrorFields(exc, info);
+  return exc;
+}
+
 // Registered with pybind11, which shares translators between modules: a tccl::Error
 // escaping from the torch backend's work becomes the same Python class.
 void translateError(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const tccl::Error& e) {
-    PyObject* cls = gErrorClasses[static_cast<size_t>(e.kind())];
-    if (cls == nullptr) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-      return;
-    }
     try {
-      py::object exc = py::reinterpret_borrow<py::object>(cls)(py::str(e.what()));
-      setErrorFields(exc, e.info());
-      PyErr_SetObject(cls, exc.ptr());
+      py::object exc = makeError(e.info(), e.what());
+      PyErr_SetObject(errorClass(e.kind()), exc.ptr());
     } catch (py::error_already_set& failed) {
       failed.restore();  // building the exception failed: report that instead
     }
@@ -388,6 +395,25 @@ void bindCommunicator(py::module_& m) {
       .def_property_readonly("sequence", &tccl::Communicator::sequence)
       .def_property_readonly("listen_address", &tccl::Communicator::listenAddress)
       .def_property_readonly("store", &tccl::Communicator::store)
+      .def("abort", &tccl::Communicator::abort, py::arg("reason") = "aborted by the application",
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("aborted", &tccl::Communicator::aborted)
+      .def("abort_cause",
+           [](const tccl::Communicator& c) -> py::object {
+             auto info = c.abortCause();
+             if (!info) return py::none();
+             return makeError(*info, tccl::Error::format(*info));
+           })
+      .def(
+          "shrink",
+          [](tccl::Communicator& c, OptMs timeoutMs) {
+            std::optional<Millis> t;
+            if (timeoutMs) t = Millis(*timeoutMs);
+            py::gil_scoped_release nogil;
+            return CommPtr(new tccl::Communicator(c.shrink(t)), deleteComm);
+          },
+          py::arg("timeout_ms") = py::none())
+      .def_property_readonly("original_ranks", &tccl::Communicator::originalRanks)
       .def("stats", [](const tccl::Communicator& c) { return toDict(c.stats()); })
       .def("reset_stats", &tccl::Communicator::resetStats)
       .def("last_call", [](const tccl::Communicator& c) { return toDict(c.lastCall()); })

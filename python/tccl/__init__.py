@@ -290,6 +290,30 @@ class Communicator:
         different name may share it)."""
         return self._c.store
 
+    # -- failures (docs/errors.md) --
+
+    def abort(self, reason="aborted by the application"):
+        """Every pending and later call fails with AbortedError; the peers are told."""
+        self._c.abort(reason)
+
+    @property
+    def aborted(self):
+        return self._c.aborted
+
+    def abort_cause(self):
+        """The first fatal error (a tccl.Error instance, not raised), or None."""
+        return self._c.abort_cause()
+
+    def shrink(self, timeout=None):
+        """After a failure, every survivor calls it: a new Communicator over the ranks still
+        alive, renumbered in their old order (original_ranks maps them back)."""
+        return Communicator(None, 0, 0, _impl=self._c.shrink(_timeout_ms(timeout)))
+
+    @property
+    def original_ranks(self):
+        """The first communicator's ranks of this one's members."""
+        return list(self._c.original_ranks)
+
     def stats(self):
         """Byte counters since construction: {"total": {...}, "per_peer": {rank: {...}}}."""
         return self._c.stats()

@@ -344,3 +344,45 @@ def test_tcp_store_from_python():
         assert a.erase("k") and not a.check(["k"])
     finally:
         server.stop()
+
+
+# ---- failures: abort and shrink (docs/errors.md) -----------------------------------------------
+
+
+def test_abort_fails_this_rank_and_tells_the_peer():
+    import time
+
+    def fn(c):
+        c.all_reduce(np.ones(2, dtype=np.float32))  # connected
+        if c.rank == 0:
+            c.abort("stopped by the test")
+            assert c.aborted
+            cause = c.abort_cause()
+            assert isinstance(cause, tccl.Error) and "stopped by the test" in str(cause)
+            with pytest.raises(tccl.AbortedError) as e:
+                c.all_reduce(np.ones(2, dtype=np.float32))
+            return e.value.kind, None
+        t0 = time.monotonic()
+        with pytest.raises(tccl.Error) as e:
+            c.all_reduce(np.ones(2, dtype=np.float32))
+        return e.value.kind, time.monotonic() - t0
+
+    (kind0, _), (kind1, waited) = run_threads(2, fn, comm_timeout=20)
+    assert kind0 == "Aborted"
+    assert kind1 in ("Aborted", "PeerClosed"), kind1
+    assert waited < 10  # told, not left to time out
+
+
+def test_survivors_shrink_and_go_on():
+    def fn(c):
+        if c.rank == 2:
+            return None  # leaves: its communicator closes
+        with pytest.raises(tccl.Error):
+            c.all_reduce(np.ones(2, dtype=np.float32), timeout=2)
+        s = c.shrink(timeout=5)
+        x = np.array([2 * c.rank + 1], dtype=np.float32)
+        s.all_reduce(x)
+        return s.rank, s.size, s.original_ranks, float(x[0])
+
+    results = run_threads(3, fn, comm_timeout=20)
+    assert results[:2] == [(0, 2, [0, 1], 4.0), (1, 2, [0, 1], 4.0)]
