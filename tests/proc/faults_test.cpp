@@ -400,8 +400,8 @@ TEST_P(StoppedPeer, SigstopInsideTheCollectiveIsATimeoutNamingItWithinTwiceTheTi
   spec.culprit = 2;
   spec.stopAtCall = 1;
   spec.culpritLingers = true;
-  // A large enough call that the stop lands inside it or just before it.
-  spec.args = {"scenario=loop", "algo=" + algoName(a), "count=200000", "iters=30",
+  // An endless loop of large calls: the stop lands inside one or just before one.
+  spec.args = {"scenario=loop", "algo=" + algoName(a), "count=200000", "iters=1000000",
                "timeout=" + std::to_string(kSilentTimeoutMs)};
   FaultRun run = runFaultJob(spec);
   EXPECT_DETECTION(run, (Expect{"Timeout", 2, allBut(4, 2), 2.0 * kSilentTimeoutMs}));
