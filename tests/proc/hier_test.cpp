@@ -46,7 +46,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, HierProc,
     ::testing::Values(HierCase{"four_hosts_of_two", "0,0,1,1,2,2,3,3", "0,1,N-1,N+1,100003"},
                       HierCase{"interleaved", "0,1,2,3,0,1,2,3", "1,N+1,1001"},
-                      HierCase{"uneven_3_1_2_2", "0,0,0,1,2,2,3,3", "0,1,N+1,100003"}),
+                      HierCase{"uneven_3_1_2_2", "0,0,0,1,2,2,3,3", "0,1,N+1,10007"}),
     [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace
