@@ -210,7 +210,20 @@ fi
 # ---- torchrun, and a PyTorch program under tccl launch (where torch is installed) -----
 if command -v torchrun >/dev/null && /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   # --redirects/--tee 2: Debian's torch 1.13 on Python 3.11 cannot parse their default "0".
-  out=$(timeout 120 torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(free_port)" \
+  # tccl's store goes on MASTER_PORT + 1: take both from below the ephemeral range, where
+  # no outgoing connection (torchrun's own, to its store) can be holding P + 1.
+  port=$(/usr/bin/python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    try:
+        for q in (p, p + 1):
+            socket.socket().bind(("127.0.0.1", q))
+        print(p)
+        break
+    except OSError:
+        pass')
+  out=$(timeout 120 torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" \
     --redirects 2 --tee 2 --no_python "$worker" 2>&1); rc=$?
   echo "$out" | grep -v '^\*\*\*\|OMP_NUM_THREADS'
   check "torchrun: exits 0" test $rc -eq 0
