@@ -8,6 +8,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "auth/auth.hpp"
 #include "tccl/half.hpp"
 
 namespace tccl::cli {
@@ -431,6 +432,9 @@ LocalRun runLocalRanks(int world, const std::string& workerCommand,
                        const std::vector<std::string>& args, Deadline deadline,
                        std::chrono::milliseconds grace) {
   LocalRun run;
+  // Every rank is started here: a key made up for this run authenticates them all
+  // (docs/security.md), unless the user gave one.
+  auth::ensureJobKeyInEnv();
   run.server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
   const std::string storeAddr = "127.0.0.1:" + std::to_string(run.server->port());
   std::vector<std::string> argv = {proc::selfExe(), workerCommand};

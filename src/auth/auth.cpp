@@ -184,4 +184,28 @@ Nonce randomNonce() {
   return n;
 }
 
+std::string randomHexKey() {
+  uint8_t bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    throwError(ErrorKind::System, "OpenSSL RAND_bytes failed: no entropy for a key");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : bytes) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  OPENSSL_cleanse(bytes, sizeof bytes);
+  return hex;
+}
+
+bool ensureJobKeyInEnv() {
+  if (config::getEnv("TCCL_AUTH_KEY") || config::getEnv("TCCL_AUTH_KEY_FILE")) return false;
+  std::string key = randomHexKey();
+  const int rc = ::setenv("TCCL_AUTH_KEY", key.c_str(), 1);
+  wipe(&key);
+  if (rc != 0) throwError(ErrorKind::System, "setenv(TCCL_AUTH_KEY) failed");
+  return true;
+}
+
 }  // namespace tccl::auth

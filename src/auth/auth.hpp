@@ -105,5 +105,13 @@ Mac hmacSha256(const uint8_t* key, size_t keyLen, const uint8_t* data, size_t le
 bool equalConstantTime(const Mac& a, const Mac& b);
 // A fresh nonce from OpenSSL's CSPRNG. Throws SystemError if it has no entropy.
 Nonce randomNonce();
+// A fresh key (32 random bytes) in the text form TCCL_AUTH_KEY takes, for launchers that
+// start every rank of a job themselves and can hand it down.
+std::string randomHexKey();
+// For such a launcher: when neither TCCL_AUTH_KEY nor TCCL_AUTH_KEY_FILE is set, puts a
+// fresh key in this process's TCCL_AUTH_KEY, where the store it hosts and the ranks it
+// starts (which inherit it) find it. Returns whether it did. Call before creating the
+// store server.
+bool ensureJobKeyInEnv();
 
 }  // namespace tccl::auth

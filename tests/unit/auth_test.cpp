@@ -239,6 +239,36 @@ TEST_F(AuthEnvTest, ConfigurationErrorsAreInvalidArgumentsNamingTheVariable) {
   }
 }
 
+TEST_F(AuthEnvTest, LaunchersMakeUpAKeyOnlyWhenNoneIsGiven) {
+  ScopedEnv f("TCCL_AUTH_KEY_FILE", nullptr);
+  {
+    ScopedEnv k("TCCL_AUTH_KEY", nullptr);
+    EXPECT_TRUE(auth::ensureJobKeyInEnv());
+    const char* made = std::getenv("TCCL_AUTH_KEY");
+    ASSERT_NE(made, nullptr);
+    EXPECT_EQ(std::string(made).size(), 64u);
+    auth::KeyPtr key = auth::keyFromEnv();
+    ASSERT_TRUE(key);
+    EXPECT_EQ(key->size(), 32u);
+    // A second launcher in the same environment keeps the first one's key.
+    const std::string first = made;
+    EXPECT_FALSE(auth::ensureJobKeyInEnv());
+    EXPECT_EQ(std::string(std::getenv("TCCL_AUTH_KEY")), first);
+  }
+  {
+    ScopedEnv k("TCCL_AUTH_KEY", kKeyA);
+    EXPECT_FALSE(auth::ensureJobKeyInEnv());
+    EXPECT_EQ(std::string(std::getenv("TCCL_AUTH_KEY")), kKeyA);
+  }
+  {
+    ScopedEnv k("TCCL_AUTH_KEY", nullptr);
+    ScopedEnv file("TCCL_AUTH_KEY_FILE", "/some/file");
+    EXPECT_FALSE(auth::ensureJobKeyInEnv());
+    EXPECT_EQ(std::getenv("TCCL_AUTH_KEY"), nullptr);
+  }
+  EXPECT_NE(auth::randomHexKey(), auth::randomHexKey());
+}
+
 TEST_F(AuthEnvTest, KeyFileReadableByOthersStillWorksButWarns) {
   const std::string path = writeFile("open", kKeyA, 0644);
   ScopedEnv k("TCCL_AUTH_KEY", nullptr);
