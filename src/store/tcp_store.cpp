@@ -218,6 +218,7 @@ class ServerLoop {
   }
 
   void closeConn(Conn& c, std::string warning) {
+    if (warning.empty() && c.closing) warning = c.closingWhy;  // refused, then hung up
     if (warning.empty() && (c.auth == AuthState::AwaitHello || c.auth == AuthState::AwaitProof)) {
       warning = c.auth == AuthState::AwaitHello
                     ? "closed before authenticating"

@@ -138,10 +138,10 @@ bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std:
   reply.reason = reason;
   sendHello(p, reply);
   TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason) << detail);
-  // Read what the stranger already sent, so that closing with unread input does not
-  // reset the connection before it reads our Reject.
+  // Read what the stranger already sent (a bounded amount: it may keep sending), so that
+  // closing with unread input does not reset the connection before it reads our Reject.
   uint8_t sink[4096];
-  while (::recv(p.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  for (int i = 0; i < 16 && ::recv(p.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
   }
   return true;  // p.fd closes when the pending entry is dropped
 }
