@@ -143,6 +143,9 @@ std::string describe(int64_t seq, const Running& r) {
 struct Communicator::Impl {
   std::shared_ptr<Store> userStore;
   std::shared_ptr<Store> store;  // namespaced
+  // The heartbeat thread's own connection when the store is a TcpStore, so that a
+  // long store wait on the caller's thread never holds up a heartbeat.
+  std::shared_ptr<Store> hbStore;
   std::unique_ptr<TcpStoreServer> ownedServer;
   bool joined = false;  // construction completed
   int rank = 0;
@@ -254,14 +257,14 @@ struct Communicator::Impl {
   }
 
   // Every other rank's heartbeat record now (absent: none published).
-  std::map<int, failure::Heartbeat> readHeartbeats() {
+  std::map<int, failure::Heartbeat> readHeartbeats(Store& from) {
     std::map<int, failure::Heartbeat> out;
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       try {
         const std::string k = key("hb/", r);
-        if (!store->check({k})) continue;
-        if (auto h = failure::decodeHeartbeat(store->getString(k))) out[r] = *h;
+        if (!from.check({k})) continue;
+        if (auto h = failure::decodeHeartbeat(from.getString(k))) out[r] = *h;
       } catch (const std::exception&) {
       }
     }
@@ -269,13 +272,14 @@ struct Communicator::Impl {
   }
 
   void heartbeatLoop();
-  bool claim();
-  void publishCause(const ErrorInfo& cause);
+  bool claim(Store& via);
+  void publishCause(Store& via, const ErrorInfo& cause);
   std::optional<ErrorInfo> awaitCause(std::chrono::milliseconds bound);
   std::map<int, std::pair<uint32_t, std::string>> awaitSignatures(int64_t callSeq,
                                                                   std::chrono::milliseconds bound);
   [[noreturn]] void failCall(const Error& e, const PreparedCall& call, const Running& what);
-  ErrorInfo decideCause(const ErrorInfo& local, const PreparedCall& call, const Running& what);
+  ErrorInfo decideCause(const ErrorInfo& local, const PreparedCall& call, const Running& what,
+                        bool claimed);
 
   // Every rank counts itself out of the store; the rank that hosts the store server
   // (fromEnv with MASTER_ADDR) waits, for a bounded time, until every rank has, so that
@@ -396,6 +400,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   m.originalRanks.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) m.originalRanks[static_cast<size_t>(r)] = r;
   m.wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  m.transport->setInterrupt(m.wakeFd, &m.abortFlag);
   if (auto spec = config::getEnv("TCCL_FAULT")) {
     std::string err;
     m.fault = FaultSpec::parse(*spec, &err);
@@ -409,6 +414,11 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
     m.hbPeriod = std::chrono::milliseconds(size > 1 ? period : 0);
     if (m.hbPeriod.count() > 0) {
+      m.hbStore = m.store;
+      if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) {
+        m.hbStore = std::make_shared<PrefixStore>(
+            "tccl/" + options.name, std::make_shared<TcpStore>(tcp->host(), tcp->port()));
+      }
       m.store->setString(m.key("hb/", rank), failure::encodeHeartbeat(m.ownHeartbeat(0)));
       m.heartbeat = std::thread([&m] { m.heartbeatLoop(); });
     }
@@ -827,10 +837,10 @@ void Communicator::Impl::heartbeatLoop() {
     const bool inside = enteredSeq > completedSeq;
     lk.unlock();
     try {
-      store->setString(key("hb/", rank), failure::encodeHeartbeat(ownHeartbeat(++beat)));
-      if (!abortFlag.load() && store->check({"abort/cause"})) {
+      hbStore->setString(key("hb/", rank), failure::encodeHeartbeat(ownHeartbeat(++beat)));
+      if (!abortFlag.load() && hbStore->check({"abort/cause"})) {
         // Another rank decided: this rank fails too, at its next wait or call.
-        if (auto cause = failure::decodeCause(store->getString("abort/cause"))) {
+        if (auto cause = failure::decodeCause(hbStore->getString("abort/cause"))) {
           setAbortCause(*cause);
           wake();
         }
@@ -844,12 +854,12 @@ void Communicator::Impl::heartbeatLoop() {
         checkedSeq = entered;
         const failure::Heartbeat self = ownHeartbeat(beat);
         std::map<int, uint32_t> fps{{rank, self.fingerprint}};
-        auto others = readHeartbeats();
+        auto others = readHeartbeats(*hbStore);
         for (const auto& [r, h] : others) {
           if (h.entered == entered) fps[r] = h.fingerprint;
         }
         int outlier = failure::majorityOutlier(fps);
-        if (outlier >= 0 && claim()) {
+        if (outlier >= 0 && claim(*hbStore)) {
           ErrorInfo c;
           c.kind = ErrorKind::Mismatch;
           c.rank = rank;
@@ -862,7 +872,7 @@ void Communicator::Impl::heartbeatLoop() {
           c.message = "rank " + std::to_string(outlier) + " runs a different collective #" +
                       std::to_string(entered) + " than the other ranks (" + c.remoteSignature +
                       "), found by comparing heartbeats";
-          publishCause(c);
+          publishCause(*hbStore, c);
           setAbortCause(c);
           wake();
         }
@@ -874,17 +884,17 @@ void Communicator::Impl::heartbeatLoop() {
   }
 }
 
-bool Communicator::Impl::claim() {
+bool Communicator::Impl::claim(Store& via) {
   try {
-    return store->add("abort/claim", 1) == 1;
+    return via.add("abort/claim", 1) == 1;
   } catch (const std::exception&) {
     return true;  // no store to agree through: decide alone
   }
 }
 
-void Communicator::Impl::publishCause(const ErrorInfo& cause) {
+void Communicator::Impl::publishCause(Store& via, const ErrorInfo& cause) {
   try {
-    store->setString("abort/cause", failure::encodeCause(cause));
+    via.setString("abort/cause", failure::encodeCause(cause));
   } catch (const std::exception&) {
   }
 }
@@ -923,19 +933,14 @@ std::map<int, std::pair<uint32_t, std::string>> Communicator::Impl::awaitSignatu
 // The rank that claims first decides the cause and publishes it; the others wait
 // for it. Every rank so reports the same culprit.
 ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const PreparedCall& call,
-                                          const Running& what) {
+                                          const Running& what, bool claimed) {
   const std::string mine = describe(call.seq, what);
-  try {
-    store->setString("sig/" + std::to_string(call.seq) + "/" + std::to_string(rank),
-                     std::to_string(what.fingerprint) + " " + mine);
-  } catch (const std::exception&) {
-  }
   const auto period = what.period.count() > 0 ? std::min(hbPeriod, what.period) : hbPeriod;
   const auto callTimeout = call.timeout.value_or(timeout);
   const auto sigWait =
       std::clamp(callTimeout / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-  if (!claim()) {
-    if (auto cause = awaitCause(3 * period + sigWait + std::chrono::milliseconds(3000)))
+  if (!claimed) {
+    if (auto cause = awaitCause(4 * period + sigWait + std::chrono::milliseconds(3000)))
       return *cause;
   }
   ErrorInfo c = local;
@@ -948,9 +953,11 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
         c.culprit = local.peer;
         break;
       }
-      auto first = readHeartbeats();
-      std::this_thread::sleep_for(2 * period + std::chrono::milliseconds(20));
-      auto second = readHeartbeats();
+      // Three periods apart: a heartbeat thread of a loaded host may be late by a
+      // period, and must not be taken for a stopped one.
+      auto first = readHeartbeats(*store);
+      std::this_thread::sleep_for(3 * period + std::chrono::milliseconds(50));
+      auto second = readHeartbeats(*store);
       auto v =
           failure::judgeTimeout(rank, size, call.seq, what.fingerprint, first, second, local.peer);
       c.kind = v.kind;
@@ -969,7 +976,11 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
       for (const auto& [r, sig] : sigs) fps[r] = sig.first;
       int outlier = failure::majorityOutlier(fps);
       c.culprit = outlier >= 0 ? outlier : local.peer;
+      // In the record: what the others called (local) and what the culprit called.
       c.localSignature = mine;
+      for (const auto& [r, sig] : sigs) {
+        if (sig.first != fps[c.culprit]) c.localSignature = sig.second;
+      }
       if (sigs.count(c.culprit)) c.remoteSignature = sigs[c.culprit].second;
       c.message = "rank " + std::to_string(c.culprit) +
                   " called a different collective than the others (" +
@@ -990,7 +1001,7 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
   }
   if (c.culprit >= 0 && c.culprit != rank)
     c.culpritAddress = transport->publishedAddress(c.culprit);
-  publishCause(c);
+  publishCause(*store, c);
   return c;
 }
 
@@ -1000,6 +1011,18 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   const ErrorInfo& local = e.info();
   std::optional<ErrorInfo> known = currentAbortCause();
   abortFlag.store(true);
+  // Publish what this rank ran, and claim the decision, before any socket closes: a
+  // peer that sees our abort then finds the claim taken and waits for our verdict
+  // instead of blaming us.
+  bool claimed = false;
+  if (!known) {
+    try {
+      store->setString("sig/" + std::to_string(call.seq) + "/" + std::to_string(rank),
+                       std::to_string(what.fingerprint) + " " + describe(call.seq, what));
+    } catch (const std::exception&) {
+    }
+    claimed = claim(*store);
+  }
   wire::MessageHeader ah;
   ah.kind = wire::MsgKind::Abort;
   ah.seq = static_cast<uint32_t>(call.seq);
@@ -1010,7 +1033,7 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   ah.fingerprint = hint >= 0 ? static_cast<uint32_t>(hint) : wire::kNoCulprit;
   ah.step = static_cast<uint32_t>(known ? known->kind : local.kind);
   transport->abortAll(ah);
-  const ErrorInfo cause = known ? *known : decideCause(local, call, what);
+  const ErrorInfo cause = known ? *known : decideCause(local, call, what, claimed);
   ErrorInfo out = local;  // where this rank was: collective, phase, step, peer, bytes, time
   out.rank = rank;
   out.kind = cause.kind;
@@ -1019,7 +1042,12 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   out.culpritAddress = cause.culpritAddress;
   out.detectedBy = cause.detectedBy;
   out.remoteSignature = cause.remoteSignature;
-  out.localSignature = cause.kind == ErrorKind::Mismatch ? describe(call.seq, what) : "";
+  out.localSignature.clear();
+  if (cause.kind == ErrorKind::Mismatch) {
+    out.localSignature = describe(call.seq, what);
+    // The culprit itself is shown what the others called.
+    if (cause.culprit == rank) out.remoteSignature = cause.localSignature;
+  }
   if (out.collective.empty()) {
     out.collective = kindName(call.kind);
     out.seq = call.seq;
@@ -1038,7 +1066,7 @@ void Communicator::abort(const std::string& reason) {
   c.detectedBy = m.rank;
   c.culpritAddress = m.transport->listenAddress();
   c.message = "rank " + std::to_string(m.rank) + " aborted the communicator: " + reason;
-  if (m.claim()) m.publishCause(c);
+  if (m.claim(*m.store)) m.publishCause(*m.store, c);
   m.setAbortCause(c);
   m.wake();
   // Not inside a collective: end the connections now (else the executing thread

@@ -60,8 +60,12 @@ std::string Error::format(const ErrorInfo& i) {
   if (i.detectedBy >= 0 && i.detectedBy != i.rank) os << "; detected by rank " << i.detectedBy;
   if (!i.localSignature.empty() || !i.remoteSignature.empty()) {
     os << "; this rank called " << (i.localSignature.empty() ? "?" : i.localSignature);
-    os << ", rank " << (i.culprit >= 0 ? i.culprit : i.peer) << " called "
-       << (i.remoteSignature.empty() ? "?" : i.remoteSignature);
+    if (i.culprit >= 0 && i.culprit == i.rank) {
+      os << ", the other ranks called ";
+    } else {
+      os << ", rank " << (i.culprit >= 0 ? i.culprit : i.peer) << " called ";
+    }
+    os << (i.remoteSignature.empty() ? "?" : i.remoteSignature);
   }
   if (i.bytesExpected >= 0) {
     os << "; bytes " << (i.bytesMoved < 0 ? 0 : i.bytesMoved) << "/" << i.bytesExpected;

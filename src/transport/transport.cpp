@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <sstream>
+#include <thread>
 
 #include "core/log.hpp"
 #include "tccl/error.hpp"
@@ -75,6 +76,16 @@ void Transport::closeAll() {
     if (ch->fd.valid()) ::shutdown(ch->fd.get(), SHUT_WR);
   }
   pending_.clear();
+}
+
+void Transport::throwInterrupted(int peer) const {
+  ErrorInfo info;
+  info.kind = ErrorKind::Aborted;
+  info.rank = cfg_.rank;
+  info.peer = peer;
+  info.phase = "connect";
+  info.message = "the communicator was aborted while connecting";
+  throwError(std::move(info));
 }
 
 void Transport::abortAll(const wire::MessageHeader& abortHeader) {
@@ -359,15 +370,21 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
         deadline.isNever()
             ? std::chrono::hours(24 * 365)
             : std::max(Deadline::Clock::duration::zero(), deadline.at() - Deadline::Clock::now()));
-    try {
-      store_->wait({key}, left);
-    } catch (const Error& e) {
-      ErrorInfo info;
-      info.kind = ErrorKind::Timeout;
-      info.rank = cfg_.rank;
-      info.peer = p;
-      info.message = "rank " + std::to_string(p) + " never published its address: " + e.cause();
-      throwError(std::move(info));
+    // Poll rather than block in the store, so that an abort can interrupt the wait.
+    for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
+         pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+      if (abortFlag_ && abortFlag_->load()) throwInterrupted(p);
+      if (deadline.expired()) {
+        ErrorInfo info;
+        info.kind = ErrorKind::Timeout;
+        info.rank = cfg_.rank;
+        info.peer = p;
+        info.timeoutMs = left.count();
+        info.message = "rank " + std::to_string(p) +
+                       " never published its address (missing store key " + key + ")";
+        throwError(std::move(info));
+      }
+      std::this_thread::sleep_for(pause);
     }
     std::string addr = publishedAddress(p);
     auto [host, port] = net::splitHostPort(addr);
@@ -445,9 +462,11 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
               .count();
       throwError(std::move(info));
     }
+    if (abortFlag_ && abortFlag_->load()) throwInterrupted(m.front());
     std::vector<pollfd> fds;
     fds.push_back({listener_.get(), POLLIN, 0});
     for (const auto& p : pending_) fds.push_back({p->fd.get(), POLLIN, 0});
+    if (wakeFd_ >= 0) fds.push_back({wakeFd_, POLLIN, 0});
     int timeout = deadline.pollTimeoutMs();
     if (timeout < 0 || timeout > 1000) timeout = 1000;  // wake to expire strangers
     int n = ::poll(fds.data(), fds.size(), timeout);

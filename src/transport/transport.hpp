@@ -13,6 +13,7 @@
 // nonblocking socket plus its byte counters) and the executor moves the bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,6 +63,12 @@ class Transport {
   // ranks and accepting from lower ones, all before `deadline`. Connections accepted
   // along the way from other valid peers are kept for later.
   void connect(const std::vector<int>& peers, Deadline deadline);
+  // An abort from another thread sets *flag and makes wakeFd readable: connect() then
+  // stops waiting and throws Aborted.
+  void setInterrupt(int wakeFd, const std::atomic<bool>* flag) {
+    wakeFd_ = wakeFd;
+    abortFlag_ = flag;
+  }
 
   Channel& channel(int peer);
   bool connected(int peer) const;
@@ -120,6 +127,9 @@ class Transport {
 
   TransportConfig cfg_;
   std::shared_ptr<Store> store_;
+  int wakeFd_ = -1;
+  const std::atomic<bool>* abortFlag_ = nullptr;
+  [[noreturn]] void throwInterrupted(int peer) const;
   net::Fd listener_;
   std::string listenAddr_;
   std::map<int, std::unique_ptr<Channel>> channels_;
