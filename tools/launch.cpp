@@ -603,7 +603,10 @@ class Launcher {
     if (sig == SIGCHLD) return;  // reap() runs next round
     if (runningCount() == 0) return;
     if (forwarded_ == sig) {
-      // The same signal twice: the user means it.
+      // The same signal again, a second or more later (Ctrl-C twice): the user means it.
+      // Sooner is one signal delivered twice: timeout(1), for one, signals its child and
+      // then its whole process group, which includes the child.
+      if (Clock::now() - forwardedAt_ < 1s) return;
       say("got " + signalName(sig) + " again: SIGKILL to " + std::to_string(runningCount()) +
           " rank(s)");
       for (Rank& r : ranks_) killRank(r, SIGKILL);
@@ -612,6 +615,7 @@ class Launcher {
     say("got " + signalName(sig) + ": forwarding it to " + std::to_string(runningCount()) +
         " rank(s) (SIGKILL after " + formatSeconds(c_.graceSec) + ")");
     forwarded_ = sig;
+    forwardedAt_ = Clock::now();
     // A signal from the user restarts the grace period of any stop under way; the exit
     // status stays that of a rank that already failed.
     stopping_ = true;
@@ -630,6 +634,7 @@ class Launcher {
   bool stopping_ = false;
   int stopSignal_ = SIGTERM;
   int forwarded_ = 0;
+  Clock::time_point forwardedAt_;
   int exitStatus_ = 0;
   std::optional<Clock::time_point> killAt_;
 };

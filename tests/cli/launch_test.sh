@@ -45,9 +45,10 @@ elapsed_below() {  # start, limit seconds
   /usr/bin/python3 -c 'import sys, time; sys.exit(0 if time.time() - float(sys.argv[1]) < float(sys.argv[2]) else 1)' "$1" "$2"
 }
 wait_for_lines() {  # file, pattern, count, seconds
-  local i
+  local i n
   for ((i = 0; i < $4 * 10; i++)); do
-    [ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0
+    n=$(grep -c -- "$2" "$1" 2>/dev/null)
+    [ "${n:-0}" -ge "$3" ] && return 0
     sleep 0.1
   done
   return 1
@@ -120,6 +121,18 @@ for r in 0 1 2; do
   check "rank $r received SIGTERM" grep -q "^\[rank $r\] got SIGTERM$" "$tmp/term.out"
 done
 check "nothing left after SIGTERM" test "$(count_marked)" -eq 0
+
+# A launcher killed outright (no chance to stop anything) still takes its ranks along.
+# (No timeout(1) here: it would be the one killed; this launcher is SIGKILLed within 20 s.)
+"$tccl" launch --nproc-per-node 3 -- "$worker" --sleep 30 --marker "$marker" >"$tmp/kill.out" 2>&1 &
+pid=$!
+bg+=("$pid")
+check "ranks started (SIGKILL case)" wait_for_lines "$tmp/kill.out" "ready" 3 20
+check "the launcher and its 3 ranks are there" test "$(count_marked)" -eq 4
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+sleep 0.5
+check "no rank outlives a launcher killed by SIGKILL" test "$(count_marked)" -eq 0
 
 # ---- two "nodes" on loopback: two launchers, one store --------------------------------
 two_nodes() {  # extra options for both launchers...; leaves node0.out, node1.out, rc0, rc1
