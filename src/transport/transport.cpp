@@ -172,6 +172,11 @@ void Transport::refuseOutgoing(Pending& p, wire::RejectReason tell, const std::s
   throwError(std::move(info));
 }
 
+void Transport::noteRefusal(int claimedRank, const std::string& address, std::string_view why) {
+  if (claimedRank < 0 || claimedRank >= cfg_.worldSize || claimedRank == cfg_.rank) return;
+  refused_[claimedRank] = address + ": " + std::string(why);
+}
+
 bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   const bool iHaveKey = cfg_.authKey != nullptr;
   if (p.stage == Stage::AwaitHello) {
@@ -195,6 +200,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
       } else if (reason == wire::RejectReason::AuthUnsupported) {
         detail = " (rank " + std::to_string(h.rank) + " there has a key; this rank has none)";
       }
+      noteRefusal(h.rank, p.address, wire::toString(reason));
       return rejectIncoming(p, reason, detail);
     }
     p.peer = h.rank;
@@ -228,12 +234,15 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   if (h.kind == wire::HelloKind::Reject) {
     TCCL_WARN("rank " << p.peer << " at " << p.address
                       << " refused this rank's challenge: " << wire::toString(h.reason));
+    noteRefusal(p.peer, p.address,
+                "it refused this rank's challenge: " + std::string(wire::toString(h.reason)));
     return true;
   }
   if (h.kind != wire::HelloKind::Proof || h.version != wire::kProtocolVersion) {
     return rejectIncoming(p, wire::RejectReason::Unexpected, " (expected a proof)");
   }
   if (!auth::verify(*cfg_.authKey, auth::Role::Dialler, p.transcript, h.mac)) {
+    noteRefusal(p.peer, p.address, wire::toString(wire::RejectReason::AuthFailed));
     return rejectIncoming(p, wire::RejectReason::AuthFailed,
                           " (claimed to be rank " + std::to_string(p.peer) + ")");
   }
@@ -456,6 +465,12 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       os << "could not connect to rank(s)";
       for (int p : m) os << " " << p;
       os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
+      for (int p : m) {
+        auto r = refused_.find(p);
+        if (r != refused_.end()) {
+          os << "; a connection claiming to be rank " << p << " was refused: " << r->second;
+        }
+      }
       info.message = os.str();
       info.elapsedMs =
           std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "auth/auth.hpp"
@@ -123,6 +124,9 @@ class Transport {
   // Tells the acceptor why we refuse it (best effort) and throws a HandshakeError.
   [[noreturn]] void refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why);
   wire::Hello myHello(wire::HelloKind kind, int target) const;
+  // Remembers why a connection claiming to be `claimedRank` was refused, for the error
+  // if that rank then never connects (the refusal was only logged at the time).
+  void noteRefusal(int claimedRank, const std::string& address, std::string_view why);
   void addChannel(Pending& p);
 
   TransportConfig cfg_;
@@ -135,6 +139,7 @@ class Transport {
   std::map<int, std::unique_ptr<Channel>> channels_;
   std::vector<std::unique_ptr<Pending>> pending_;
   mutable std::map<int, std::string> published_;
+  std::map<int, std::string> refused_;  // claimed rank -> "address: reason" of the last refusal
 };
 
 }  // namespace tccl

@@ -606,6 +606,10 @@ TEST(AuthTransport, DifferentKeysNeverConnectAndBothSidesSaySo) {
   EXPECT_TRUE(contains(o.diallerError, "authentication failed")) << o.diallerError;
   EXPECT_TRUE(contains(o.diallerError, o.acceptorAddress)) << o.diallerError;
   EXPECT_TRUE(contains(o.acceptorError, "Timeout")) << o.acceptorError;
+  // The acceptor's timeout says why rank 0 never got in, and from where it tried.
+  EXPECT_TRUE(contains(o.acceptorError, "claiming to be rank 0 was refused: 127.0.0.1:"))
+      << o.acceptorError;
+  EXPECT_TRUE(contains(o.acceptorError, "authentication failed")) << o.acceptorError;
   // The acceptor logs the refusal with the dialler's address.
   EXPECT_TRUE(contains(o.log, "refused this rank's challenge") ||
               contains(o.log, "rejected a connection from 127.0.0.1:"))
@@ -618,6 +622,8 @@ TEST(AuthTransport, KeyedAcceptorRefusesADiallerWithoutAKey) {
   EXPECT_TRUE(contains(o.diallerError, "requires an auth key")) << o.diallerError;
   EXPECT_TRUE(contains(o.diallerError, o.acceptorAddress)) << o.diallerError;
   EXPECT_TRUE(contains(o.acceptorError, "Timeout")) << o.acceptorError;
+  EXPECT_TRUE(contains(o.acceptorError, "requires an auth key and the other side has none"))
+      << o.acceptorError;
   EXPECT_TRUE(contains(o.log, "rejected a connection from 127.0.0.1:")) << o.log;
   EXPECT_TRUE(contains(o.log, "has no key")) << o.log;
 }
@@ -627,6 +633,8 @@ TEST(AuthTransport, KeyedDiallerIsRefusedByAnAcceptorWithoutAKey) {
   EXPECT_EQ(o.diallerKind, ErrorKind::Handshake) << o.diallerError;
   EXPECT_TRUE(contains(o.diallerError, "the rejecting side has none")) << o.diallerError;
   EXPECT_TRUE(contains(o.acceptorError, "Timeout")) << o.acceptorError;
+  EXPECT_TRUE(contains(o.acceptorError, "the other side authenticates with a key"))
+      << o.acceptorError;
   EXPECT_TRUE(contains(o.log, "rejected a connection from 127.0.0.1:")) << o.log;
   EXPECT_TRUE(contains(o.log, "this rank has none")) << o.log;
 }
