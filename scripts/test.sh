@@ -32,7 +32,7 @@ if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
   # async collectives, the bucketer, the authenticated handshakes between threads); the
   # single-threaded pure-logic tests gain nothing from it and run 10x slower under it.
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DTCCL_SANITIZE=thread -- -L unit \
-    -R '^(Store|TcpStore|FileStore|PrefixStore|Communicator|Async|Bucketer|Half.TypedAllreduce|AuthTransport|AuthStore\.)'
+    -R '^(Store|TcpStore|FileStore|PrefixStore|Communicator|Async|Bucketer|Half.TypedAllreduce|AuthTransport|AuthStore\.|HierarchicalCommunicator|Topology)'
   # libFuzzer (clang, ASan + UBSan) on every decoder of network bytes, FUZZ_SECONDS each.
   bash scripts/fuzz.sh
 fi
