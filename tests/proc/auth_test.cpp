@@ -192,6 +192,7 @@ TEST(AuthJob, KeyedJobComputesExactResultsWithAuthenticatedConnections) {
   expectAllOk(job);
   for (int r = 0; r < 3; ++r) {
     const std::string log = job.log(r);
+    EXPECT_TRUE(contains(log, "grid ok")) << log;  // the worker checked every result
     EXPECT_FALSE(contains(log, "not authenticated")) << log;
     EXPECT_FALSE(contains(log, "rejected")) << log;
   }
