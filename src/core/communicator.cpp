@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -194,6 +195,10 @@ struct Communicator::Impl {
   std::condition_variable hbCv;
   bool hbStop = false;
   Running running;
+  // The last few collectives this rank ran: published when it fails, so a decider
+  // comparing signatures of collective #k finds this rank's even if it has moved on.
+  static constexpr size_t kRecent = 4;
+  std::array<std::pair<int64_t, Running>, kRecent> recent{};
   int64_t enteredSeq = -1;
   int64_t completedSeq = -1;
   int shrinks = 0;
@@ -823,7 +828,6 @@ void Communicator::Impl::heartbeatLoop() {
   int64_t beat = 0;
   int64_t stuckSeq = -1;  // the collective this rank has been inside for a while
   int stuckBeats = 0;
-  int64_t checkedSeq = -1;  // last collective checked for a signature disagreement
   std::unique_lock<std::mutex> lk(hbMu);
   for (;;) {
     const bool inCall = enteredSeq > completedSeq && running.period.count() > 0;
@@ -850,15 +854,16 @@ void Communicator::Impl::heartbeatLoop() {
       // exchange a message that would show it.
       stuckBeats = inside && entered == stuckSeq ? stuckBeats + 1 : 0;
       stuckSeq = inside ? entered : -1;
-      if (stuckBeats >= 3 && checkedSeq != entered && !abortFlag.load()) {
-        checkedSeq = entered;
+      // From the first full period inside one collective, every period: the others'
+      // records lag by up to a period, so a rank not yet in it is simply not compared.
+      if (stuckBeats >= 1 && !abortFlag.load()) {
         const failure::Heartbeat self = ownHeartbeat(beat);
         std::map<int, uint32_t> fps{{rank, self.fingerprint}};
         auto others = readHeartbeats(*hbStore);
         for (const auto& [r, h] : others) {
           if (h.entered == entered) fps[r] = h.fingerprint;
         }
-        int outlier = failure::majorityOutlier(fps);
+        int outlier = failure::majorityOutlier(fps, size);
         if (outlier >= 0 && claim(*hbStore)) {
           ErrorInfo c;
           c.kind = ErrorKind::Mismatch;
@@ -972,9 +977,16 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
     }
     case ErrorKind::Mismatch: {
       auto sigs = awaitSignatures(call.seq, sigWait);
+      if (static_cast<int>(sigs.size()) < size && hbPeriod.count() > 0) {
+        // A rank that has not failed yet (blocked elsewhere) did not publish: its
+        // heartbeat tells what it runs now.
+        for (const auto& [r, h] : readHeartbeats(*store)) {
+          if (!sigs.count(r) && h.entered == call.seq) sigs[r] = {h.fingerprint, h.signature};
+        }
+      }
       std::map<int, uint32_t> fps;
       for (const auto& [r, sig] : sigs) fps[r] = sig.first;
-      int outlier = failure::majorityOutlier(fps);
+      int outlier = failure::majorityOutlier(fps, size);
       c.culprit = outlier >= 0 ? outlier : local.peer;
       // In the record: what the others called (local) and what the culprit called.
       c.localSignature = mine;
@@ -999,8 +1011,10 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
                     " closed its connections (the process exited or was killed): " + local.message;
       break;
   }
-  if (c.culprit >= 0 && c.culprit != rank)
-    c.culpritAddress = transport->publishedAddress(c.culprit);
+  if (c.culprit >= 0) {
+    c.culpritAddress =
+        c.culprit == rank ? transport->listenAddress() : transport->publishedAddress(c.culprit);
+  }
   publishCause(*store, c);
   return c;
 }
@@ -1016,9 +1030,18 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   // instead of blaming us.
   bool claimed = false;
   if (!known) {
+    std::vector<std::pair<int64_t, Running>> ran;
+    {
+      std::lock_guard<std::mutex> lk(hbMu);
+      for (const auto& entry : recent) {
+        if (entry.second.fingerprint != 0) ran.push_back(entry);
+      }
+    }
     try {
-      store->setString("sig/" + std::to_string(call.seq) + "/" + std::to_string(rank),
-                       std::to_string(what.fingerprint) + " " + describe(call.seq, what));
+      for (const auto& [seqNo, r] : ran) {
+        store->setString("sig/" + std::to_string(seqNo) + "/" + std::to_string(rank),
+                         std::to_string(r.fingerprint) + " " + describe(seqNo, r));
+      }
     } catch (const std::exception&) {
     }
     claimed = claim(*store);
@@ -1040,13 +1063,49 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   out.message = cause.message;
   out.culprit = cause.culprit;
   out.culpritAddress = cause.culpritAddress;
+  if (out.culpritAddress.empty() && out.culprit >= 0 && out.culprit < size) {
+    out.culpritAddress =
+        out.culprit == rank ? transport->listenAddress() : transport->publishedAddress(out.culprit);
+  }
   out.detectedBy = cause.detectedBy;
   out.remoteSignature = cause.remoteSignature;
   out.localSignature.clear();
   if (cause.kind == ErrorKind::Mismatch) {
     out.localSignature = describe(call.seq, what);
+    {
+      // What this rank ran at the collective the verdict is about.
+      std::lock_guard<std::mutex> lk(hbMu);
+      const auto& entry = recent[static_cast<size_t>(std::max<int64_t>(cause.seq, 0)) % kRecent];
+      if (cause.seq >= 0 && entry.first == cause.seq && entry.second.fingerprint != 0)
+        out.localSignature = describe(cause.seq, entry.second);
+    }
     // The culprit itself is shown what the others called.
     if (cause.culprit == rank) out.remoteSignature = cause.localSignature;
+    if (out.remoteSignature.empty() && cause.culprit >= 0 && cause.seq >= 0) {
+      // The decider did not have the culprit's signature; it publishes it when it
+      // fails, which is about now.
+      const std::string k =
+          "sig/" + std::to_string(cause.seq) + "/" + std::to_string(cause.culprit);
+      const auto until = Deadline::Clock::now() + std::chrono::milliseconds(500);
+      try {
+        while (!store->check({k}) && Deadline::Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (store->check({k})) {
+          std::string v = store->getString(k);
+          size_t sp = v.find(' ');
+          if (sp != std::string::npos) out.remoteSignature = v.substr(sp + 1);
+        }
+        // It never ran collective #seq: say what it runs (or last ran) instead.
+        const std::string hk = key("hb/", cause.culprit);
+        if (out.remoteSignature.empty() && store->check({hk})) {
+          auto h = failure::decodeHeartbeat(store->getString(hk));
+          if (h && !h->signature.empty())
+            out.remoteSignature =
+                h->signature + " (its latest; it has no #" + std::to_string(cause.seq) + ")";
+        }
+      } catch (const std::exception&) {
+      }
+    }
   }
   if (out.collective.empty()) {
     out.collective = kindName(call.kind);
@@ -1307,6 +1366,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
       faster = what.period.count() > 0 && what.period < hbPeriod;
       running = what;
       enteredSeq = call.seq;
+      recent[static_cast<size_t>(call.seq) % kRecent] = {call.seq, what};
     }
     if (faster) hbCv.notify_all();
   }

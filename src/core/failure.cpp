@@ -168,7 +168,7 @@ std::optional<ErrorInfo> decodeCause(const std::string& s) {
   return i;
 }
 
-int majorityOutlier(const std::map<int, uint32_t>& fingerprints) {
+int majorityOutlier(const std::map<int, uint32_t>& fingerprints, int worldSize) {
   std::map<uint32_t, std::vector<int>> groups;  // ranks in ascending order per group
   for (const auto& [rank, fp] : fingerprints) groups[fp].push_back(rank);
   if (groups.size() < 2) return -1;
@@ -178,6 +178,9 @@ int majorityOutlier(const std::map<int, uint32_t>& fingerprints) {
         (ranks.size() == best->size() && ranks.front() < best->front()))
       best = &ranks;
   }
+  if (worldSize > 0 && static_cast<int>(fingerprints.size()) < worldSize &&
+      2 * static_cast<int>(best->size()) <= worldSize)
+    return -1;  // too few reports to tell the odd one out
   int outlier = -1;
   for (const auto& [fp, ranks] : groups) {
     if (&ranks == best) continue;
@@ -231,7 +234,7 @@ Verdict judgeTimeout(int self, int worldSize, int64_t seq, uint32_t fingerprint,
   for (const auto& [r, h] : second) {
     if (r != self && r < worldSize && h.entered == seq) fps[r] = h.fingerprint;
   }
-  int outlier = majorityOutlier(fps);
+  int outlier = majorityOutlier(fps, worldSize);
   if (outlier >= 0) {
     v.culprit = outlier;
     v.kind = ErrorKind::Mismatch;

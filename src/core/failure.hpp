@@ -54,6 +54,8 @@ Verdict judgeTimeout(int self, int worldSize, int64_t seq, uint32_t fingerprint,
 // A mismatch: the signatures (fingerprint) that ranks report for the same sequence
 // number. The culprit is a rank outside the largest group (ties: the group holding
 // the lowest rank wins), the lowest such rank; -1 when all agree.
-int majorityOutlier(const std::map<int, uint32_t>& fingerprints);
+// With worldSize > 0, only a conclusive verdict counts: every rank of the world
+// reported, or the largest group is more than half of the world (else -1).
+int majorityOutlier(const std::map<int, uint32_t>& fingerprints, int worldSize = 0);
 
 }  // namespace tccl::failure

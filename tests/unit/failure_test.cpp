@@ -91,6 +91,12 @@ TEST(Failure, MajorityOutlier) {
   EXPECT_EQ(majorityOutlier({{0, 1}, {1, 2}}), 1);
   // Three groups: the largest wins; the lowest rank outside it is named.
   EXPECT_EQ(majorityOutlier({{0, 5}, {1, 1}, {2, 1}, {3, 6}}), 0);
+  // With the world size: a tie among some of the ranks is no verdict...
+  EXPECT_EQ(majorityOutlier({{0, 9}, {2, 1}}, 3), -1);
+  // ...a majority of the world is, and so is a tie among all of them.
+  EXPECT_EQ(majorityOutlier({{0, 9}, {1, 1}, {2, 1}}, 3), 0);
+  EXPECT_EQ(majorityOutlier({{1, 1}, {2, 1}, {3, 1}, {4, 3}}, 5), 4);
+  EXPECT_EQ(majorityOutlier({{0, 1}, {1, 2}}, 2), 1);
 }
 
 TEST(Failure, TimeoutBlamesTheStoppedRank) {
