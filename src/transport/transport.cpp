@@ -35,7 +35,21 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
                                              : std::string(" (connections not authenticated)")));
 }
 
-Transport::~Transport() = default;
+Transport::~Transport() {
+  // Connections still in their handshake are strangers (every peer this rank needed got
+  // in), judged only while the rank was connecting: read what they sent since, once, so
+  // that each leaves a line naming its address.
+  for (auto& p : pending_) {
+    if (p->outgoing || !p->fd.valid()) continue;
+    try {
+      if (service(*p)) continue;
+    } catch (...) {
+    }
+    TCCL_WARN("closing a connection from "
+              << p->address << " that never finished its handshake ("
+              << (p->stage == Stage::AwaitProof ? "no proof" : "no hello") << ")");
+  }
+}
 
 Channel& Transport::channel(int peer) {
   auto it = channels_.find(peer);
