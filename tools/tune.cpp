@@ -7,11 +7,15 @@
 // alpha_us / beta_gbps to PATH (default: TCCL_TUNE_FILE, else
 // ~/.config/tccl/tune.conf). Communicators read that file at construction; rank 0's
 // model is shared with every rank so that Auto agrees everywhere.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "algorithms/select.hpp"
 #include "cli.hpp"
+#include "reduce/reduce.hpp"
 #include "subcommands.hpp"
 
 namespace tccl::cli {
@@ -44,6 +48,25 @@ TuneConfig parseTune(const Args& a) {
   return c;
 }
 
+// gamma: the local reduction's throughput, bytes of result per second, for a float32
+// sum of 4 MiB vectors (out-of-cache, like the segments a collective reduces); the
+// best of several runs.
+double measureReduceGbps() {
+  const size_t n = size_t{1} << 20;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+  double best = 1e9;
+  for (int i = 0; i < 30; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    reduce::apply(reinterpret_cast<uint8_t*>(out.data()),
+                  reinterpret_cast<const uint8_t*>(a.data()),
+                  reinterpret_cast<const uint8_t*>(b.data()), n, DataType::Float32, ReduceOp::Sum);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    std::swap(a, out);  // a different destination each time: no warm result in cache
+  }
+  return static_cast<double>(n * sizeof(float)) / best / 1e9;
+}
+
 }  // namespace
 
 int tuneMain(int argc, char** argv, int first) {
@@ -74,16 +97,20 @@ int tuneWorkerMain(int argc, char** argv, int first) {
     algo::LinkModel m;
     m.alphaSec = e.alphaUs * 1e-6;
     m.betaSecPerByte = 1.0 / (e.gbps * 1e9);
+    const double gamma = measureReduceGbps();
+    m.gammaSecPerByte = 1.0 / (gamma * 1e9);
     m.save(c.file);
     if (c.json) {
-      std::printf("{\"alpha_us\": %.3f, \"beta_gbps\": %.4f, \"file\": \"%s\"}\n", e.alphaUs,
-                  e.gbps, c.file.c_str());
+      std::printf(
+          "{\"alpha_us\": %.3f, \"beta_gbps\": %.4f, \"gamma_gbps\": %.4f, \"file\": \"%s\"}\n",
+          e.alphaUs, e.gbps, gamma, c.file.c_str());
     } else {
       std::printf("tccl tune: world %d, between ranks 0 and 1 over TCP\n", comm.size());
       std::printf("  alpha (per-message time, half an 8-byte round trip): %.2f us   (was %.2f)\n",
                   e.alphaUs, before.alphaUs);
       std::printf("  beta  (bandwidth of a %s transfer):                 %.3f GB/s (was %.3f)\n",
                   formatBytes(static_cast<double>(c.bytes)).c_str(), e.gbps, before.gbps);
+      std::printf("  gamma (float32 sum of 4 MiB vectors, one core):      %.3f GB/s\n", gamma);
       std::printf(
           "  saved to %s (read by every communicator; TCCL_ALPHA_US / TCCL_BETA_GBPS override)\n",
           c.file.c_str());

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
@@ -55,6 +58,8 @@ std::optional<LinkModel> LinkModel::load(const std::string& path) {
       m.interAlphaSec = parsePositive(path + ": inter_alpha_us", value) * 1e-6;
     } else if (key == "inter_beta_gbps") {
       m.interBetaSecPerByte = 1.0 / (parsePositive(path + ": inter_beta_gbps", value) * 1e9);
+    } else if (key == "gamma_gbps") {
+      m.gammaSecPerByte = 1.0 / (parsePositive(path + ": gamma_gbps", value) * 1e9);
     }
   }
   if (!alpha || !beta) {
@@ -70,13 +75,17 @@ void LinkModel::save(const std::string& path) const {
     std::filesystem::create_directories(path.substr(0, slash), ec);
   }
   std::ofstream f(path);
-  char buf[256];
+  char buf[320];
   std::snprintf(buf, sizeof buf,
                 "# written by tccl tune\nalpha_us=%.3f\nbeta_gbps=%.4f\nhd_bandwidth_penalty=%.3f\n"
                 "inter_alpha_us=%.3f\ninter_beta_gbps=%.4f\n",
                 alphaSec * 1e6, 1e-9 / betaSecPerByte, hdBandwidthPenalty, interAlphaSec * 1e6,
                 1e-9 / interBetaSecPerByte);
   f << buf;
+  if (gammaSecPerByte > 0) {  // 0: no reduction term (tests), not a figure to save
+    std::snprintf(buf, sizeof buf, "gamma_gbps=%.4f\n", 1e-9 / gammaSecPerByte);
+    f << buf;
+  }
   if (!f) throwError(ErrorKind::System, "cannot write " + path);
 }
 
@@ -91,42 +100,80 @@ LinkModel LinkModel::fromEnv() {
     m.interAlphaSec = parsePositive("TCCL_INTER_ALPHA_US", *v) * 1e-6;
   if (auto v = config::getEnv("TCCL_INTER_BETA_GBPS"))
     m.interBetaSecPerByte = 1.0 / (parsePositive("TCCL_INTER_BETA_GBPS", *v) * 1e9);
+  if (auto v = config::getEnv("TCCL_GAMMA_GBPS"))
+    m.gammaSecPerByte = 1.0 / (parsePositive("TCCL_GAMMA_GBPS", *v) * 1e9);
   return m;
 }
 
-double predictRingSec(int n, size_t bytes, const LinkModel& m) {
+double reducedBytesFactor(Algorithm a, int n) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) * m.alphaSec +
-         2.0 * (n - 1) / n * static_cast<double>(bytes) * m.betaSecPerByte;
-}
-
-double predictNaiveSec(int n, size_t bytes, const LinkModel& m) {
-  if (n <= 1) return 0;
-  return (n - 1) * m.alphaSec + (n - 1) * static_cast<double>(bytes) * m.betaSecPerByte;
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, double> cache;
+  const auto key = std::make_pair(static_cast<int>(a), n);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  // A count every chunking here divides evenly for small worlds; one segment, so the
+  // schedules stay small. Every rank for n <= 64, else a sample of them.
+  const size_t count = size_t{720720} * static_cast<size_t>((n + 15) / 16);
+  std::vector<int> ranks;
+  for (int r = 0; r < n; r += (n <= 64 ? 1 : n / 16)) ranks.push_back(r);
+  ranks.push_back(n - 1);
+  double most = 0;
+  for (int r : ranks) {
+    const Schedule s = allreduceSchedule(a, r, n, count, count);
+    size_t reduced = 0;
+    for (const Op& op : s.ops) {
+      if (op.type != OpType::Recv) continue;
+      if (op.action == RecvAction::Reduce) reduced += op.range.count;
+      if (op.thenSelf) reduced += op.range.count;
+    }
+    most = std::max(most, static_cast<double>(reduced) / static_cast<double>(count));
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  cache[key] = most;
+  return most;
 }
 
 namespace {
 
-// steps * alpha + bytesFactor * V * beta.
-double predict(int steps, double bytesFactor, size_t bytes, const LinkModel& m) {
-  return steps * m.alphaSec + bytesFactor * static_cast<double>(bytes) * m.betaSecPerByte;
+// steps * alpha + bytesFactor * V * beta + reducedFactor * V * gamma.
+double predict(int steps, double bytesFactor, double reducedFactor, size_t bytes,
+               const LinkModel& m) {
+  const double v = static_cast<double>(bytes);
+  return steps * m.alphaSec + bytesFactor * v * m.betaSecPerByte +
+         reducedFactor * v * m.gammaSecPerByte;
 }
 
 }  // namespace
 
+double predictRingSec(int n, size_t bytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  return predict(2 * (n - 1), 2.0 * (n - 1) / n, reducedBytesFactor(Algorithm::Ring, n), bytes, m);
+}
+
+double predictNaiveSec(int n, size_t bytes, const LinkModel& m) {
+  if (n <= 1) return 0;
+  return predict(n - 1, n - 1.0, reducedBytesFactor(Algorithm::Naive, n), bytes, m);
+}
+
 double predictTreeSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return predict(treeSteps(n), treeMaxBytesFactor(n), bytes, m);
+  return predict(treeSteps(n), treeMaxBytesFactor(n), reducedBytesFactor(Algorithm::Tree, n), bytes,
+                 m);
 }
 
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return predict(hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty, bytes, m);
+  return predict(hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty,
+                 reducedBytesFactor(Algorithm::HalvingDoubling, n), bytes, m);
 }
 
 double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return predict(rdSteps(n), rdMaxBytesFactor(n), bytes, m);
+  return predict(rdSteps(n), rdMaxBytesFactor(n),
+                 reducedBytesFactor(Algorithm::RecursiveDoubling, n), bytes, m);
 }
 
 namespace {
@@ -188,9 +235,14 @@ HostCosts HostCosts::of(const HostLayout& layout) {
   return c;
 }
 
-double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m,
+double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& link,
                            const HostCosts* hosts) {
   if (n <= 1) return 0;
+  LinkModel m = link;
+  if (hosts != nullptr && m.cores > 0 && hosts->maxLocal > m.cores) {
+    // More ranks than cores on a host: each step also waits to be scheduled.
+    m.alphaSec *= static_cast<double>(hosts->maxLocal) / m.cores;
+  }
   if (hosts == nullptr || hosts->hosts <= 1) return predictFlatSec(a, n, bytes, m);
   const double v = static_cast<double>(bytes);
   const double e = egressOf(*hosts, a);
@@ -203,14 +255,16 @@ double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& m,
     const double perRank =
         hosts->leaders ? 1 + 2 * (H - 1) / H : 2 * (L - 1) / L + 2 * (H - 1) / (H * L);
     return intraSteps * m.alphaSec + 2 * (H - 1) * m.interAlphaSec +
-           std::max(e * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v;
+           std::max(e * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v +
+           reducedBytesFactor(a, n) * v * m.gammaSecPerByte;
   }
   const auto [steps, perRank] = flatShape(a, n, m);
   if (steps == 0) return 0;
   // hd's measured penalty applies to whichever link bounds it.
   const double penalty = a == Algorithm::HalvingDoubling ? m.hdBandwidthPenalty : 1.0;
   return steps * m.interAlphaSec +
-         std::max(e * penalty * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v;
+         std::max(e * penalty * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v +
+         reducedBytesFactor(a, n) * v * m.gammaSecPerByte;
 }
 
 Algorithm chooseAllreduce(int n, size_t bytes, const LinkModel& m, std::string* why,

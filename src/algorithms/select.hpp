@@ -1,7 +1,14 @@
 // The cost model behind Algorithm::Auto.
 //
 // Each algorithm's predicted time is read off its schedule's shape:
-//   time = steps * alpha + bytes_sent_by_the_busiest_rank * beta
+//   time = steps * alpha' + bytes_sent_by_the_busiest_rank * beta
+//          + bytes_reduced_by_the_busiest_rank * gamma
+// gamma is the local reduction's cost per byte (the kernel reads two operands and
+// writes one); the reduced bytes are counted from the algorithm's own schedules
+// (reducedBytesFactor): ring (n-1)/n V, naive (n-1) V, rd about log2(n) V, ...
+// alpha' = alpha x max(1, ranks on the busiest host / cores of rank 0's host): with
+// more ranks than cores every step also waits for the next rank to be scheduled
+// (measured: 8 ranks on 2 cores, docs/PERFORMANCE.md).
 //   ring : steps = 2(n-1),          bytes = 2(n-1)/n * V
 //   naive: steps = n-1 (one message to each peer, each paying the per-message
 //          cost on the sender),     bytes = (n-1) * V
@@ -53,6 +60,13 @@ struct LinkModel {
   // or inter_alpha_us= / inter_beta_gbps= in the tune file.
   double interAlphaSec = 50e-6;
   double interBetaSecPerByte = 1.0 / 1.25e9;
+  // Seconds per byte of local reduction (TCCL_GAMMA_GBPS, gamma_gbps= in the tune
+  // file; `tccl tune` measures it). The default: a float32 sum of 4 MiB vectors on
+  // one core of the 2-core x86 machines this project is tested on (18-40 GB/s).
+  double gammaSecPerByte = 1.0 / 20.0e9;
+  // Online cores of rank 0's host (0: unknown, no oversubscription term). Set by the
+  // communicator, not read from the tune file.
+  int cores = 0;
   // The defaults, then the tune file (TCCL_TUNE_FILE, else ~/.config/tccl/tune.conf,
   // if it exists; written by `tccl tune`), then TCCL_ALPHA_US / TCCL_BETA_GBPS.
   static LinkModel fromEnv();
@@ -69,6 +83,10 @@ double predictNaiveSec(int n, size_t bytes, const LinkModel& m);
 double predictTreeSec(int n, size_t bytes, const LinkModel& m);
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m);
 double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m);
+
+// The most bytes any one rank reduces in an all-reduce of V bytes, as a multiple of V,
+// counted from the algorithm's schedules (cached per algorithm and world size).
+double reducedBytesFactor(Algorithm a, int n);
 
 // What the cost model knows of the hosts (computed once per communicator).
 struct HostCosts {

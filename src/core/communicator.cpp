@@ -1,6 +1,7 @@
 #include "tccl/communicator.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -34,6 +35,15 @@
 
 namespace tccl {
 namespace {
+
+// The cores this process may run on (its affinity mask), at least 1.
+int onlineCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
 
 uint64_t randomJobId() {
   uint64_t id = 0;
@@ -366,10 +376,15 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   if (rank == 0) {
     uint64_t id = randomJobId();
     if (auto env = config::getEnv("TCCL_JOB_ID")) id = wire::hash64(*env);
-    char buf[192];
-    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g %.17g %.17g",
+    // Rank 0's cores: the cost model's oversubscription term uses the same figure on
+    // every rank (TCCL_CORES overrides, for tests and for cgroup-limited containers).
+    m.model.cores =
+        static_cast<int>(config::getEnvInt("TCCL_CORES", 1, 1 << 20).value_or(onlineCores()));
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g %.17g %.17g %.17g %d",
                   static_cast<unsigned long long>(id), m.model.alphaSec, m.model.betaSecPerByte,
-                  m.model.hdBandwidthPenalty, m.model.interAlphaSec, m.model.interBetaSecPerByte);
+                  m.model.hdBandwidthPenalty, m.model.interAlphaSec, m.model.interBetaSecPerByte,
+                  m.model.gammaSecPerByte, m.model.cores);
     m.store->setString("jobid", buf);
     m.jobId = id;
   } else {
@@ -377,7 +392,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
     std::istringstream is(m.store->getString("jobid"));
     unsigned long long id = 0;
     is >> id >> m.model.alphaSec >> m.model.betaSecPerByte >> m.model.hdBandwidthPenalty >>
-        m.model.interAlphaSec >> m.model.interBetaSecPerByte;
+        m.model.interAlphaSec >> m.model.interBetaSecPerByte >> m.model.gammaSecPerByte >>
+        m.model.cores;
     if (!is) throwError(ErrorKind::Store, "malformed job record in the store", rank);
     m.jobId = id;
   }

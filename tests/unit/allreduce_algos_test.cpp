@@ -3,6 +3,7 @@
 // ordered pair of ranks, dependency shape, finalization, and a simulated execution of
 // all ranks that is stricter than the executor needs to be (schedule_sim.hpp says how).
 // The hierarchical algorithm's layouts have their own tests (hier_test.cpp).
+#include "cost_model_testing.hpp"
 #include "algorithms/allreduce_algos.hpp"
 
 #include <gtest/gtest.h>
@@ -671,7 +672,7 @@ TEST(AllreduceSimulation, FloatResultsAreBitwiseIdenticalOnAllRanks) {
 // ---- the cost model over all five ----------------------------------------------------
 
 TEST(AllreduceCostModel, PredictionsFollowTheClosedForms) {
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 1e-5;
   m.betaSecPerByte = 1e-9;
   for (int n = 2; n <= 40; ++n) {

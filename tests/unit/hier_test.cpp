@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cost_model_testing.hpp"
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
@@ -401,7 +402,7 @@ TEST(HierarchicalCostModel, HostCostsCountTheBusiestHostsBytes) {
 }
 
 TEST(HierarchicalCostModel, PredictionsFollowTheFormulas) {
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 10e-6;
   m.betaSecPerByte = 0.1e-9;  // 10 GB/s within a host
   m.interAlphaSec = 50e-6;
@@ -437,7 +438,7 @@ TEST(HierarchicalCostModel, PredictionsFollowTheFormulas) {
 }
 
 TEST(HierarchicalCostModel, AutoPicksItWhereItWinsAndOnlyAcrossHosts) {
-  LinkModel m;  // loopback-class within a host; 10 GbE-class between hosts
+  LinkModel m = formulaModel();  // loopback-class within a host; 10 GbE-class between hosts
   const HostCosts multi = HostCosts::of(HostLayout::contiguous({2, 2, 2, 2}));
   LinkModel slowLinks = m;
   slowLinks.interBetaSecPerByte = 1.0 / 0.1e9;  // 100 MB/s between hosts
@@ -479,14 +480,14 @@ TEST(HierarchicalCostModel, InterHostLinkFromEnvironmentAndTuneFile) {
   {
     ScopedEnv a("TCCL_INTER_ALPHA_US", nullptr);
     ScopedEnv b("TCCL_INTER_BETA_GBPS", nullptr);
-    const LinkModel m = LinkModel::fromEnv();
+    const LinkModel m = withoutGamma(LinkModel::fromEnv());
     EXPECT_DOUBLE_EQ(m.interAlphaSec, 50e-6);
     EXPECT_DOUBLE_EQ(m.interBetaSecPerByte, 1.0 / 1.25e9);
   }
   {
     ScopedEnv a("TCCL_INTER_ALPHA_US", "120");
     ScopedEnv b("TCCL_INTER_BETA_GBPS", "0.5");
-    const LinkModel m = LinkModel::fromEnv();
+    const LinkModel m = withoutGamma(LinkModel::fromEnv());
     EXPECT_DOUBLE_EQ(m.interAlphaSec, 120e-6);
     EXPECT_DOUBLE_EQ(m.interBetaSecPerByte, 1.0 / 0.5e9);
   }
@@ -497,7 +498,7 @@ TEST(HierarchicalCostModel, InterHostLinkFromEnvironmentAndTuneFile) {
   char tmpl[] = "/tmp/tccl-hier-tune-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string path = std::string(tmpl) + "/tune.conf";
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.interAlphaSec = 75e-6;
   m.interBetaSecPerByte = 1.0 / 3e9;
   m.save(path);

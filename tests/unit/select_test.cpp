@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "cost_model_testing.hpp"
 #include "scoped_env.hpp"
 #include "tccl/error.hpp"
 
@@ -21,13 +22,13 @@ namespace {
 using tccl::testing::ScopedEnv;
 
 TEST(CostModel, DefaultsAreLoopbackClass) {
-  const LinkModel m;
+  const LinkModel m = formulaModel();
   EXPECT_DOUBLE_EQ(m.alphaSec, 20e-6);
   EXPECT_DOUBLE_EQ(m.betaSecPerByte, 0.5e-9);
 }
 
 TEST(CostModel, PredictionsFollowTheFormulas) {
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 1e-5;
   m.betaSecPerByte = 1e-9;
   for (int n : {2, 3, 4, 7, 16}) {
@@ -50,7 +51,7 @@ TEST(CostModel, PredictionsFollowTheFormulas) {
 }
 
 TEST(CostModel, NewAlgorithmsFollowTheFormulas) {
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 1e-5;
   m.betaSecPerByte = 1e-9;
   m.hdBandwidthPenalty = 1.0;  // the formulas themselves
@@ -75,7 +76,7 @@ TEST(CostModel, NewAlgorithmsFollowTheFormulas) {
 }
 
 TEST(CostModel, ChoosesTheLeastPredictedTime) {
-  const LinkModel m;
+  const LinkModel m = formulaModel();
   const Algorithm all[] = {Algorithm::Ring, Algorithm::Naive, Algorithm::Tree,
                            Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling};
   for (int n = 1; n <= 64; ++n) {
@@ -94,14 +95,14 @@ TEST(CostModel, ChoosesTheLeastPredictedTime) {
 TEST(CostModel, TwoRanksAlwaysNaive) {
   // n = 2: naive and rd send V in one round (the ring, tree and hd need two); naive
   // wins the tie (it folds in rank order).
-  const LinkModel m;
+  const LinkModel m = formulaModel();
   for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20, size_t{1} << 34}) {
     EXPECT_EQ(chooseAllreduce(2, bytes, m, nullptr), Algorithm::Naive) << bytes;
   }
 }
 
 TEST(CostModel, SmallMessagesTakeTheFewestStepsLargeOnesTheFewestBytes) {
-  const LinkModel m;
+  const LinkModel m = formulaModel();
   EXPECT_EQ(chooseAllreduce(3, 8, m, nullptr), Algorithm::Naive);  // ties rd: 2 steps
   for (int n = 4; n <= 64; ++n) {
     // Recursive doubling: log2 p (+1 or 2) steps.
@@ -111,7 +112,7 @@ TEST(CostModel, SmallMessagesTakeTheFewestStepsLargeOnesTheFewestBytes) {
     // elsewhere its fold costs V more and the tree sends 2V.
     EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, m, nullptr), Algorithm::Ring) << "n=" << n;
     if ((n & (n - 1)) == 0) {
-      LinkModel noPenalty;
+      LinkModel noPenalty = formulaModel();
       noPenalty.hdBandwidthPenalty = 1.0;  // without it, hd would win at powers of two
       EXPECT_EQ(chooseAllreduce(n, size_t{1} << 30, noPenalty, nullptr),
                 Algorithm::HalvingDoubling);
@@ -121,7 +122,7 @@ TEST(CostModel, SmallMessagesTakeTheFewestStepsLargeOnesTheFewestBytes) {
 
 TEST(CostModel, CrossoverWhereTheFormulasMeet) {
   // Default model: alpha / beta = 20e-6 * 2e9 = 40000 bytes.
-  const LinkModel m;
+  const LinkModel m = formulaModel();
   // n = 3: naive wins while 2 alpha + 2 V beta < 4 alpha + 4/3 V beta, i.e. V < 3 alpha /
   // beta = 120000 bytes.
   EXPECT_EQ(chooseAllreduce(3, 110000, m, nullptr), Algorithm::Naive);
@@ -143,11 +144,11 @@ TEST(CostModel, CrossoverWhereTheFormulasMeet) {
 
 TEST(CostModel, TiesGoToTheRing) {
   // One rank: every prediction is 0.
-  EXPECT_EQ(chooseAllreduce(1, 1 << 20, LinkModel{}, nullptr), Algorithm::Ring);
+  EXPECT_EQ(chooseAllreduce(1, 1 << 20, formulaModel(), nullptr), Algorithm::Ring);
   // n = 3, alpha 1 s, beta 1 s/B, V = 3: ring 4 + 4/3*3, naive 2 + 2*3, both 8 (exact in
   // binary only if the division rounds kindly, so check the predictions agree first);
   // rd ties naive, the tree (4 + 4.5) and hd (4 + 6) are slower.
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 1.0;
   m.betaSecPerByte = 1.0;
   if (predictRingSec(3, 3, m) == predictNaiveSec(3, 3, m)) {
@@ -159,7 +160,7 @@ TEST(CostModel, TiesGoToTheRing) {
 }
 
 TEST(CostModel, WhyReportsEveryPrediction) {
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 10e-6;
   m.betaSecPerByte = 1e-9;  // 1 GB/s
   m.hdBandwidthPenalty = 1.0;
@@ -177,7 +178,7 @@ TEST(CostModel, WhyReportsEveryPrediction) {
 TEST(CostModel, FromEnvDefaultsWhenUnset) {
   ScopedEnv a("TCCL_ALPHA_US", nullptr);
   ScopedEnv b("TCCL_BETA_GBPS", nullptr);
-  const LinkModel m = LinkModel::fromEnv();
+  const LinkModel m = withoutGamma(LinkModel::fromEnv());
   EXPECT_DOUBLE_EQ(m.alphaSec, 20e-6);
   EXPECT_DOUBLE_EQ(m.betaSecPerByte, 0.5e-9);
   // Empty means unset.
@@ -188,12 +189,12 @@ TEST(CostModel, FromEnvDefaultsWhenUnset) {
 TEST(CostModel, FromEnvReadsBoth) {
   ScopedEnv a("TCCL_ALPHA_US", "5");
   ScopedEnv b("TCCL_BETA_GBPS", "10");
-  const LinkModel m = LinkModel::fromEnv();
+  const LinkModel m = withoutGamma(LinkModel::fromEnv());
   EXPECT_DOUBLE_EQ(m.alphaSec, 5e-6);
   EXPECT_DOUBLE_EQ(m.betaSecPerByte, 1e-10);
   ScopedEnv c("TCCL_ALPHA_US", "0.5");
   ScopedEnv d("TCCL_BETA_GBPS", "1.25e1");
-  const LinkModel m2 = LinkModel::fromEnv();
+  const LinkModel m2 = withoutGamma(LinkModel::fromEnv());
   EXPECT_DOUBLE_EQ(m2.alphaSec, 0.5e-6);
   EXPECT_DOUBLE_EQ(m2.betaSecPerByte, 1.0 / 12.5e9);
 }
@@ -205,7 +206,7 @@ TEST(CostModel, FromEnvChangesTheChoice) {
   ScopedEnv b("TCCL_BETA_GBPS", nullptr);
   EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel::fromEnv(), nullptr),
             Algorithm::RecursiveDoubling);
-  EXPECT_EQ(chooseAllreduce(8, 1 << 20, LinkModel{}, nullptr), Algorithm::HalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(8, 1 << 20, formulaModel(), nullptr), Algorithm::HalvingDoubling);
 }
 
 TEST(CostModel, FromEnvRejectsBadValues) {
@@ -234,7 +235,7 @@ TEST(LinkModelFile, SaveLoadRoundTripAndErrors) {
   char tmpl[] = "/tmp/tccl-tune-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string path = std::string(tmpl) + "/sub/tune.conf";
-  LinkModel m;
+  LinkModel m = formulaModel();
   m.alphaSec = 12.5e-6;
   m.betaSecPerByte = 1.0 / 3.25e9;
   m.save(path);  // creates the directory
@@ -262,6 +263,81 @@ TEST(LinkModelFile, SaveLoadRoundTripAndErrors) {
     const LinkModel e = LinkModel::fromEnv();
     EXPECT_NEAR(e.alphaSec, 12.5e-6, 1e-12);
     EXPECT_NEAR(1.0 / e.betaSecPerByte, 7e9, 1e3);
+  }
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(CostModel, ReducedBytesAreCountedFromTheSchedules) {
+  // The busiest rank's reduced elements over V: the ring reduces its (n-1)/n share,
+  // naive folds every other rank's vector, rd reduces V at each of its log2 p rounds
+  // (plus the fold), the double binary tree at most V (two children of V/2 in one
+  // tree), hd (p-1)/p V plus V for a folded pair.
+  for (int n = 2; n <= 12; ++n) {
+    EXPECT_DOUBLE_EQ(reducedBytesFactor(Algorithm::Ring, n), (n - 1.0) / n) << n;
+    EXPECT_DOUBLE_EQ(reducedBytesFactor(Algorithm::Naive, n), n - 1.0) << n;
+    EXPECT_LE(reducedBytesFactor(Algorithm::Tree, n), 1.0) << n;
+    int p = 1, l = 0;
+    while (2 * p <= n) p *= 2, ++l;
+    EXPECT_DOUBLE_EQ(reducedBytesFactor(Algorithm::RecursiveDoubling, n), l + (n > p ? 1.0 : 0.0))
+        << n;
+    EXPECT_DOUBLE_EQ(reducedBytesFactor(Algorithm::HalvingDoubling, n),
+                     (p - 1.0) / p + (n > p ? 1.0 : 0.0))
+        << n;
+  }
+  EXPECT_EQ(reducedBytesFactor(Algorithm::Ring, 1), 0.0);
+}
+
+TEST(CostModel, GammaChargesTheReducedBytes) {
+  LinkModel m = formulaModel();
+  const size_t v = size_t{1} << 20;
+  const double base = predictNaiveSec(4, v, m);
+  m.gammaSecPerByte = 1e-9;  // 1 GB/s of reduction
+  EXPECT_NEAR(predictNaiveSec(4, v, m) - base, 3.0 * v * 1e-9, 1e-12);
+  const double ringBase = predictRingSec(4, v, formulaModel());
+  EXPECT_NEAR(predictRingSec(4, v, m) - ringBase, 0.75 * v * 1e-9, 1e-12);
+  // At two ranks naive reduces V where the ring reduces V/2: with the same steps and
+  // bytes otherwise, a slow enough reduction hands large messages to the ring.
+  m.alphaSec = 0;
+  EXPECT_EQ(chooseAllreduce(2, v, m, nullptr), Algorithm::Ring);
+  EXPECT_EQ(chooseAllreduce(2, v, formulaModel(), nullptr), Algorithm::Naive);
+}
+
+TEST(CostModel, OversubscribedHostsPayMorePerStep) {
+  // 8 ranks on one host of 2 cores: every step costs 4 alpha; hd's fewer steps then
+  // beat the ring at sizes where, with a core per rank, the ring wins.
+  LinkModel m = formulaModel();
+  HostCosts oneHost;
+  oneHost.hosts = 1;
+  oneHost.maxLocal = 8;
+  const size_t v = size_t{2} << 20;
+  EXPECT_EQ(chooseAllreduce(8, v, m, nullptr, &oneHost), Algorithm::Ring);
+  m.cores = 2;
+  EXPECT_NEAR(predictAllreduceSec(Algorithm::Ring, 8, v, m, &oneHost),
+              predictRingSec(8, v, formulaModel()) + 14 * 3 * m.alphaSec, 1e-9);
+  EXPECT_EQ(chooseAllreduce(8, v, m, nullptr, &oneHost), Algorithm::HalvingDoubling);
+  // As many cores as ranks: no change; no host information: no change.
+  m.cores = 8;
+  EXPECT_DOUBLE_EQ(predictAllreduceSec(Algorithm::Ring, 8, v, m, &oneHost),
+                   predictRingSec(8, v, formulaModel()));
+  m.cores = 2;
+  EXPECT_DOUBLE_EQ(predictAllreduceSec(Algorithm::Ring, 8, v, m, nullptr),
+                   predictRingSec(8, v, formulaModel()));
+}
+
+TEST(CostModel, GammaRoundTripsThroughTheTuneFile) {
+  char tmpl[] = "/tmp/tccl-gamma-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/tune.conf";
+  LinkModel m;
+  m.gammaSecPerByte = 1.0 / 12.5e9;
+  m.save(path);
+  auto back = LinkModel::load(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_NEAR(1.0 / back->gammaSecPerByte, 12.5e9, 1e6);
+  {
+    tccl::testing::ScopedEnv f("TCCL_TUNE_FILE", path.c_str());
+    tccl::testing::ScopedEnv g("TCCL_GAMMA_GBPS", "3");
+    EXPECT_NEAR(1.0 / LinkModel::fromEnv().gammaSecPerByte, 3e9, 1e3);
   }
   std::filesystem::remove_all(tmpl);
 }
