@@ -25,6 +25,8 @@
 //   announce=1       set "faults/entered/<rank>/<call>" before each call
 //   pause=MS         steady: the pause between calls
 //   then=allreduce   loop: an all-reduce after each call of `coll`
+//   warmup=1         loop/mismatch: a one-element all-reduce with a 30 s deadline first
+//                    (collective #0; the sequence then starts at #1)
 // After publishing, the worker waits (bounded) for the key "faults/done" so that its
 // exit cannot become another rank's failure; the test kills whatever is left.
 // Exit status: 0, or 1 when a result was wrong (also in the record), 2 for bad usage.
@@ -63,6 +65,7 @@ struct Config {
   int at = 1;
   int64_t pauseMs = 0;
   bool then = false;
+  bool warmup = false;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -108,6 +111,8 @@ Config parseArgs(int argc, char** argv) {
       c.pauseMs = std::stoll(v);
     } else if (k == "then") {
       c.then = v == "allreduce";
+    } else if (k == "warmup") {
+      c.warmup = v == "1";
     } else {
       usage("unknown key " + k);
     }
@@ -331,13 +336,33 @@ class Worker {
     std::string mine;
     for (const Call& call : calls) mine += show(call) + "; ";
     rec_["calls"] = mine;
+    size_t offset = 0;
+    if (c_.warmup) {
+      // Opens the connections under a generous deadline, so that a short timeout
+      // meant for the fault is not spent on a loaded machine's handshakes. It is
+      // collective #0: call i of the sequence is then collective #i+1, and "call" in
+      // the record is that number.
+      CollectiveOptions o;
+      o.algorithm = c_.algo;
+      o.timeout = std::chrono::milliseconds(30000);
+      float x = 1;
+      try {
+        comm_.allreduce(&x, 1, DataType::Float32, ReduceOp::Sum, o);
+      } catch (const Error& e) {
+        recordError(e, 0, 0);
+        rec_["status"] = "warmup-error";
+        publish();
+        return 0;
+      }
+      offset = 1;
+    }
     for (size_t i = 0; i < calls.size(); ++i) {
       beforeCall(i);
       const auto t0 = Clock::now();
       try {
         issue(calls[i], static_cast<int>(i));
       } catch (const Error& e) {
-        recordError(e, i, msSince(t0));
+        recordError(e, i + offset, msSince(t0));
         recordLaterCall(calls[i]);
         publish();
         return 0;
