@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -268,6 +269,11 @@ struct Communicator::Impl {
       h.fingerprint = running.fingerprint;
       h.signature = describe(enteredSeq, running);
     }
+    for (const auto& [seqNo, r] : recent) {
+      if (r.fingerprint != 0) h.recent.push_back({seqNo, r.fingerprint, describe(seqNo, r)});
+    }
+    std::sort(h.recent.begin(), h.recent.end(),
+              [](const auto& a, const auto& b) { return a.seq < b.seq; });
     return h;
   }
 
@@ -290,8 +296,11 @@ struct Communicator::Impl {
   bool claim(Store& via);
   void publishCause(Store& via, const ErrorInfo& cause);
   std::optional<ErrorInfo> awaitCause(std::chrono::milliseconds bound);
-  std::map<int, std::pair<uint32_t, std::string>> awaitSignatures(int64_t callSeq,
-                                                                  std::chrono::milliseconds bound);
+  // What every rank ran at collectives #lo..#hi (seq -> rank -> fingerprint and
+  // signature), once each rank has published its recent ones (sigmax/<rank>), or
+  // when `bound` has passed.
+  using SigTable = std::map<int64_t, std::map<int, std::pair<uint32_t, std::string>>>;
+  SigTable awaitSignatures(int64_t lo, int64_t hi, std::chrono::milliseconds bound);
   [[noreturn]] void failCall(const Error& e, const PreparedCall& call, const Running& what);
   ErrorInfo decideCause(const ErrorInfo& local, const PreparedCall& call, const Running& what,
                         bool claimed);
@@ -929,24 +938,41 @@ std::optional<ErrorInfo> Communicator::Impl::awaitCause(std::chrono::millisecond
   }
 }
 
-std::map<int, std::pair<uint32_t, std::string>> Communicator::Impl::awaitSignatures(
-    int64_t callSeq, std::chrono::milliseconds bound) {
-  std::map<int, std::pair<uint32_t, std::string>> sigs;
+Communicator::Impl::SigTable Communicator::Impl::awaitSignatures(int64_t lo, int64_t hi,
+                                                                 std::chrono::milliseconds bound) {
+  SigTable table;
+  std::set<int> done;
   const auto until = Deadline::Clock::now() + bound;
   for (;;) {
     for (int r = 0; r < size; ++r) {
-      if (sigs.count(r)) continue;
+      if (done.count(r)) continue;
       try {
-        const std::string k = "sig/" + std::to_string(callSeq) + "/" + std::to_string(r);
-        if (!store->check({k})) continue;
-        std::string v = store->getString(k);
-        size_t sp = v.find(' ');
-        sigs[r] = {static_cast<uint32_t>(std::stoul(v.substr(0, sp))),
-                   sp == std::string::npos ? "" : v.substr(sp + 1)};
+        // sigmax is written after the signatures: once it is there, they all are.
+        if (!store->check({key("sigmax/", r)})) {
+          // Not failed (yet): a rank already past #hi lists #lo..#hi in its heartbeat.
+          const std::string hk = key("hb/", r);
+          if (r == rank || hbPeriod.count() == 0 || !store->check({hk})) continue;
+          auto h = failure::decodeHeartbeat(store->getString(hk));
+          if (!h || h->entered < hi) continue;
+          done.insert(r);
+          for (const auto& p : h->recent) {
+            if (p.seq >= lo && p.seq <= hi) table[p.seq][r] = {p.fingerprint, p.signature};
+          }
+          continue;
+        }
+        done.insert(r);
+        for (int64_t q = std::max<int64_t>(lo, 0); q <= hi; ++q) {
+          const std::string k = "sig/" + std::to_string(q) + "/" + std::to_string(r);
+          if (!store->check({k})) continue;
+          std::string v = store->getString(k);
+          size_t sp = v.find(' ');
+          table[q][r] = {static_cast<uint32_t>(std::stoul(v.substr(0, sp))),
+                         sp == std::string::npos ? "" : v.substr(sp + 1)};
+        }
       } catch (const std::exception&) {
       }
     }
-    if (static_cast<int>(sigs.size()) == size || Deadline::Clock::now() >= until) return sigs;
+    if (static_cast<int>(done.size()) == size || Deadline::Clock::now() >= until) return table;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
@@ -992,17 +1018,37 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
       break;
     }
     case ErrorKind::Mismatch: {
-      auto sigs = awaitSignatures(call.seq, sigWait);
-      if (static_cast<int>(sigs.size()) < size && hbPeriod.count() > 0) {
-        // A rank that has not failed yet (blocked elsewhere) did not publish: its
-        // heartbeat tells what it runs now.
-        for (const auto& [r, h] : readHeartbeats(*store)) {
-          if (!sigs.count(r) && h.entered == call.seq) sigs[r] = {h.fingerprint, h.signature};
+      // The first collective at which the ranks disagree names the odd one out: a rank
+      // that skipped one disagrees there, even if later numbers line up again.
+      const int64_t lo = call.seq - static_cast<int64_t>(kRecent) + 1;
+      SigTable table = awaitSignatures(lo, call.seq, sigWait);
+      std::map<int, std::pair<uint32_t, std::string>> sigs;
+      int outlier = -1;
+      for (auto& [q, atQ] : table) {
+        std::map<int, uint32_t> fps;
+        for (const auto& [r, sig] : atQ) fps[r] = sig.first;
+        outlier = failure::majorityOutlier(fps, size);
+        if (outlier >= 0) {
+          sigs = atQ;
+          c.seq = q;  // the collective the verdict is about
+          break;
         }
+      }
+      if (outlier < 0) {
+        sigs = table[call.seq];
+        if (static_cast<int>(sigs.size()) < size && hbPeriod.count() > 0) {
+          // A rank that has not failed yet (blocked elsewhere) did not publish: its
+          // heartbeat tells what it runs now.
+          for (const auto& [r, h] : readHeartbeats(*store)) {
+            if (!sigs.count(r) && h.entered == call.seq) sigs[r] = {h.fingerprint, h.signature};
+          }
+        }
+        std::map<int, uint32_t> fps;
+        for (const auto& [r, sig] : sigs) fps[r] = sig.first;
+        outlier = failure::majorityOutlier(fps, size);
       }
       std::map<int, uint32_t> fps;
       for (const auto& [r, sig] : sigs) fps[r] = sig.first;
-      int outlier = failure::majorityOutlier(fps, size);
       c.culprit = outlier >= 0 ? outlier : local.peer;
       // In the record: what the others called (local) and what the culprit called.
       c.localSignature = mine;
@@ -1054,10 +1100,13 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
       }
     }
     try {
+      int64_t lastSeq = -1;
       for (const auto& [seqNo, r] : ran) {
         store->setString("sig/" + std::to_string(seqNo) + "/" + std::to_string(rank),
                          std::to_string(r.fingerprint) + " " + describe(seqNo, r));
+        lastSeq = std::max(lastSeq, seqNo);
       }
+      store->setString(key("sigmax/", rank), std::to_string(lastSeq));
     } catch (const std::exception&) {
     }
     claimed = claim(*store);
@@ -1104,7 +1153,8 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
           "sig/" + std::to_string(cause.seq) + "/" + std::to_string(cause.culprit);
       const auto until = Deadline::Clock::now() + std::chrono::milliseconds(500);
       try {
-        while (!store->check({k}) && Deadline::Clock::now() < until)
+        while (!store->check({k}) && !store->check({key("sigmax/", cause.culprit)}) &&
+               Deadline::Clock::now() < until)
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
         if (store->check({k})) {
           std::string v = store->getString(k);

@@ -58,11 +58,15 @@ std::string encodeHeartbeat(const Heartbeat& h) {
   std::ostringstream os;
   os << h.beat << ' ' << h.entered << ' ' << h.completed << ' ' << h.fingerprint << ' '
      << escape(h.signature);
+  for (const auto& p : h.recent)
+    os << '\n' << p.seq << ' ' << p.fingerprint << ' ' << escape(p.signature);
   return os.str();
 }
 
-std::optional<Heartbeat> decodeHeartbeat(const std::string& s) {
+std::optional<Heartbeat> decodeHeartbeat(const std::string& text) {
   Heartbeat h;
+  const size_t nl = text.find('\n');
+  const std::string s = text.substr(0, nl);
   std::string_view rest = s;
   auto field = [&](auto* out) {
     size_t sp = rest.find(' ');
@@ -73,6 +77,18 @@ std::optional<Heartbeat> decodeHeartbeat(const std::string& s) {
   if (!field(&h.beat) || !field(&h.entered) || !field(&h.completed) || !field(&h.fingerprint))
     return std::nullopt;
   h.signature = unescape(rest);
+  std::string_view lines =
+      nl == std::string::npos ? std::string_view() : std::string_view(text).substr(nl + 1);
+  while (nl != std::string::npos) {
+    const size_t end = lines.find('\n');
+    rest = lines.substr(0, end);
+    Heartbeat::Past p;
+    if (!field(&p.seq) || !field(&p.fingerprint)) return std::nullopt;
+    p.signature = unescape(rest);
+    h.recent.push_back(std::move(p));
+    if (end == std::string_view::npos) break;
+    lines = lines.substr(end + 1);
+  }
   return h;
 }
 

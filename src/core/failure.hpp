@@ -18,13 +18,23 @@
 
 namespace tccl::failure {
 
-// What a rank says of itself, as text "beat entered completed fingerprint sig".
+// What a rank says of itself, as text: "beat entered completed fingerprint sig", then
+// one line "seq fingerprint sig" per recent collective (signatures escaped).
 struct Heartbeat {
   int64_t beat = 0;          // increases every period while the process runs
   int64_t entered = -1;      // the last collective it entered (-1: none)
   int64_t completed = -1;    // the last collective it completed
   uint32_t fingerprint = 0;  // signature hash of `entered`
   std::string signature;     // readable signature of `entered`
+  // The last few collectives it entered (seq, fingerprint, signature), so that a
+  // decider comparing collective #k finds this rank's even after it has moved on.
+  struct Past {
+    int64_t seq = -1;
+    uint32_t fingerprint = 0;
+    std::string signature;
+    bool operator==(const Past&) const = default;
+  };
+  std::vector<Past> recent;
   bool operator==(const Heartbeat&) const = default;
 };
 std::string encodeHeartbeat(const Heartbeat& h);

@@ -783,6 +783,9 @@ TEST(FaultSoak, RandomFaultsRanksAlgorithmsAndStepsNeverHangAndAlwaysNameTheCulp
       Trial t = makeTrial(seed, i);
       FaultRun run = runFaultJob(t.spec);
       std::vector<std::string> bad = judge(run, t.expect);
+      if (only >= 0) {
+        for (const auto& [r, rec] : run.records) std::cout << "rank " << r << ": " << rec.get("what") << "\n";
+      }
       bool hang = false, wrongCulprit = false;
       double slowest = 0;
       for (int r : t.expect.ranks) {
