@@ -51,6 +51,8 @@ std::optional<LinkModel> LinkModel::load(const std::string& path) {
       alpha = true;
     } else if (key == "hd_bandwidth_penalty") {
       m.hdBandwidthPenalty = parsePositive(path + ": hd_bandwidth_penalty", value);
+    } else if (key == "hd_penalty_from_bytes") {
+      m.hdPenaltyFromBytes = parsePositive(path + ": hd_penalty_from_bytes", value);
     } else if (key == "beta_gbps") {
       m.betaSecPerByte = 1.0 / (parsePositive(path + ": beta_gbps", value) * 1e9);
       beta = true;
@@ -82,6 +84,8 @@ void LinkModel::save(const std::string& path) const {
                 alphaSec * 1e6, 1e-9 / betaSecPerByte, hdBandwidthPenalty, interAlphaSec * 1e6,
                 1e-9 / interBetaSecPerByte);
   f << buf;
+  std::snprintf(buf, sizeof buf, "hd_penalty_from_bytes=%.0f\n", hdPenaltyFromBytes);
+  if (hdPenaltyFromBytes > 0) f << buf;
   if (gammaSecPerByte > 0) {  // 0: no reduction term (tests), not a figure to save
     std::snprintf(buf, sizeof buf, "gamma_gbps=%.4f\n", 1e-9 / gammaSecPerByte);
     f << buf;
@@ -136,6 +140,10 @@ double reducedBytesFactor(Algorithm a, int n) {
   return most;
 }
 
+double hdPenalty(size_t bytes, const LinkModel& m) {
+  return static_cast<double>(bytes) >= m.hdPenaltyFromBytes ? m.hdBandwidthPenalty : 1.0;
+}
+
 namespace {
 
 // steps * alpha + bytesFactor * V * beta + reducedFactor * V * gamma.
@@ -166,7 +174,7 @@ double predictTreeSec(int n, size_t bytes, const LinkModel& m) {
 
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m) {
   if (n <= 1) return 0;
-  return predict(hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty,
+  return predict(hdSteps(n), hdMaxBytesFactor(n) * hdPenalty(bytes, m),
                  reducedBytesFactor(Algorithm::HalvingDoubling, n), bytes, m);
 }
 
@@ -197,7 +205,7 @@ double predictFlatSec(Algorithm a, int n, size_t bytes, const LinkModel& m) {
 }
 
 // A flat algorithm's steps and busiest-rank bytes (multiple of V, hd's penalty in).
-std::pair<int, double> flatShape(Algorithm a, int n, const LinkModel& m) {
+std::pair<int, double> flatShape(Algorithm a, int n, size_t bytes, const LinkModel& m) {
   switch (a) {
     case Algorithm::Ring:
       return {2 * (n - 1), 2.0 * (n - 1) / n};
@@ -206,7 +214,7 @@ std::pair<int, double> flatShape(Algorithm a, int n, const LinkModel& m) {
     case Algorithm::Tree:
       return {treeSteps(n), treeMaxBytesFactor(n)};
     case Algorithm::HalvingDoubling:
-      return {hdSteps(n), hdMaxBytesFactor(n) * m.hdBandwidthPenalty};
+      return {hdSteps(n), hdMaxBytesFactor(n) * hdPenalty(bytes, m)};
     case Algorithm::RecursiveDoubling:
       return {rdSteps(n), rdMaxBytesFactor(n)};
     default:
@@ -241,7 +249,7 @@ double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& li
   LinkModel m = link;
   if (hosts != nullptr && m.cores > 0 && hosts->maxLocal > m.cores) {
     // More ranks than cores on a host: each step also waits to be scheduled.
-    m.alphaSec *= static_cast<double>(hosts->maxLocal) / m.cores;
+    m.alphaSec *= std::sqrt(static_cast<double>(hosts->maxLocal) / m.cores);
   }
   if (hosts == nullptr || hosts->hosts <= 1) return predictFlatSec(a, n, bytes, m);
   const double v = static_cast<double>(bytes);
@@ -258,10 +266,10 @@ double predictAllreduceSec(Algorithm a, int n, size_t bytes, const LinkModel& li
            std::max(e * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v +
            reducedBytesFactor(a, n) * v * m.gammaSecPerByte;
   }
-  const auto [steps, perRank] = flatShape(a, n, m);
+  const auto [steps, perRank] = flatShape(a, n, bytes, m);
   if (steps == 0) return 0;
   // hd's measured penalty applies to whichever link bounds it.
-  const double penalty = a == Algorithm::HalvingDoubling ? m.hdBandwidthPenalty : 1.0;
+  const double penalty = a == Algorithm::HalvingDoubling ? hdPenalty(bytes, m) : 1.0;
   return steps * m.interAlphaSec +
          std::max(e * penalty * m.interBetaSecPerByte, perRank * m.betaSecPerByte) * v +
          reducedBytesFactor(a, n) * v * m.gammaSecPerByte;

@@ -6,9 +6,11 @@
 // gamma is the local reduction's cost per byte (the kernel reads two operands and
 // writes one); the reduced bytes are counted from the algorithm's own schedules
 // (reducedBytesFactor): ring (n-1)/n V, naive (n-1) V, rd about log2(n) V, ...
-// alpha' = alpha x max(1, ranks on the busiest host / cores of rank 0's host): with
-// more ranks than cores every step also waits for the next rank to be scheduled
-// (measured: 8 ranks on 2 cores, docs/PERFORMANCE.md).
+// alpha' = alpha x sqrt(max(1, ranks on the busiest host / cores of rank 0's host)):
+// with more ranks than cores every step also waits for the next rank to be scheduled.
+// Measured on 2 cores (docs/PERFORMANCE.md): the per-step cost grows with the
+// oversubscription, but less than linearly (8 B at 8 ranks: about 30 us a step where
+// 2 ranks take 7 us a round trip); the square root fits those sweeps.
 //   ring : steps = 2(n-1),          bytes = 2(n-1)/n * V
 //   naive: steps = n-1 (one message to each peer, each paying the per-message
 //          cost on the sender),     bytes = (n-1) * V
@@ -55,6 +57,10 @@ struct LinkModel {
   // at 16-64 MiB on worlds 4 and 8 the ring was 5-12 % faster (docs/PERFORMANCE.md), so
   // hd's byte term counts this much more. In the tune file as hd_bandwidth_penalty=.
   double hdBandwidthPenalty = 1.10;
+  // ...but only from this size up: at 2 MiB hd was 16 % faster than the ring on 4 ranks
+  // (the penalty had handed that size to the ring). In the tune file as
+  // hd_penalty_from_bytes=.
+  double hdPenaltyFromBytes = 8.0 * (1 << 20);
   // The link between hosts: 10 Gb/s Ethernet-class defaults (an assumption, not a
   // measurement: set them for your network). TCCL_INTER_ALPHA_US, TCCL_INTER_BETA_GBPS,
   // or inter_alpha_us= / inter_beta_gbps= in the tune file.
@@ -83,6 +89,8 @@ double predictNaiveSec(int n, size_t bytes, const LinkModel& m);
 double predictTreeSec(int n, size_t bytes, const LinkModel& m);
 double predictHalvingDoublingSec(int n, size_t bytes, const LinkModel& m);
 double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m);
+// hd's bandwidth penalty for a message of this size (1 below hdPenaltyFromBytes).
+double hdPenalty(size_t bytes, const LinkModel& m);
 
 // The most bytes any one rank reduces in an all-reduce of V bytes, as a multiple of V,
 // counted from the algorithm's schedules (cached per algorithm and world size).

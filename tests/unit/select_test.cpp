@@ -303,7 +303,7 @@ TEST(CostModel, GammaChargesTheReducedBytes) {
 }
 
 TEST(CostModel, OversubscribedHostsPayMorePerStep) {
-  // 8 ranks on one host of 2 cores: every step costs 4 alpha; hd's fewer steps then
+  // 8 ranks on one host of 2 cores: every step costs 2 alpha; hd's fewer steps then
   // beat the ring at sizes where, with a core per rank, the ring wins.
   LinkModel m = formulaModel();
   HostCosts oneHost;
@@ -312,8 +312,9 @@ TEST(CostModel, OversubscribedHostsPayMorePerStep) {
   const size_t v = size_t{2} << 20;
   EXPECT_EQ(chooseAllreduce(8, v, m, nullptr, &oneHost), Algorithm::Ring);
   m.cores = 2;
+  // sqrt(8 / 2) = 2: each of the ring's 14 steps costs one alpha more.
   EXPECT_NEAR(predictAllreduceSec(Algorithm::Ring, 8, v, m, &oneHost),
-              predictRingSec(8, v, formulaModel()) + 14 * 3 * m.alphaSec, 1e-9);
+              predictRingSec(8, v, formulaModel()) + 14 * m.alphaSec, 1e-9);
   EXPECT_EQ(chooseAllreduce(8, v, m, nullptr, &oneHost), Algorithm::HalvingDoubling);
   // As many cores as ranks: no change; no host information: no change.
   m.cores = 8;
@@ -340,6 +341,17 @@ TEST(CostModel, GammaRoundTripsThroughTheTuneFile) {
     EXPECT_NEAR(1.0 / LinkModel::fromEnv().gammaSecPerByte, 3e9, 1e3);
   }
   std::filesystem::remove_all(tmpl);
+}
+
+TEST(CostModel, HdPenaltyOnlyFromItsThresholdUp) {
+  LinkModel m = formulaModel();
+  m.hdPenaltyFromBytes = 8 << 20;
+  EXPECT_EQ(hdPenalty(size_t{2} << 20, m), 1.0);
+  EXPECT_EQ(hdPenalty(size_t{8} << 20, m), m.hdBandwidthPenalty);
+  // World 4, 2 MiB: without the penalty hd's 4 steps beat the ring's 6 on the same
+  // bytes; at 64 MiB the penalty hands it back to the ring.
+  EXPECT_EQ(chooseAllreduce(4, size_t{2} << 20, m, nullptr), Algorithm::HalvingDoubling);
+  EXPECT_EQ(chooseAllreduce(4, size_t{64} << 20, m, nullptr), Algorithm::Ring);
 }
 
 }  // namespace
