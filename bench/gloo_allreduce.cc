@@ -26,14 +26,16 @@ void allreduceSum(const std::shared_ptr<gloo::Context>& ctx, float* data, size_t
   gloo::AllreduceOptions opts(ctx);
   opts.setAlgorithm(algo);
   opts.setOutput(data, n);
-  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+  opts.setReduceFunction(
+      static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
   gloo::allreduce(opts);
 }
 
 double maxOverRanks(const std::shared_ptr<gloo::Context>& ctx, double v) {
   gloo::AllreduceOptions opts(ctx);
   opts.setOutput(&v, 1);
-  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
+  opts.setReduceFunction(
+      static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
   gloo::allreduce(opts);
   return v;
 }
@@ -42,7 +44,8 @@ double maxOverRanks(const std::shared_ptr<gloo::Context>& ctx, double v) {
 
 int main(int argc, char** argv) {
   if (argc < 8) {
-    std::fprintf(stderr, "usage: %s RANK WORLD STORE_DIR ITERS WARMUP ring|bcube SIZE...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s RANK WORLD STORE_DIR ITERS WARMUP ring|bcube SIZE...\n",
+                 argv[0]);
     return 2;
   }
   const int rank = std::atoi(argv[1]), world = std::atoi(argv[2]);
@@ -77,14 +80,15 @@ int main(int argc, char** argv) {
     gloo::barrier(bo);
     const auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < iters; ++it) allreduceSum(ctx, buf.data(), n, algo);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     sec = maxOverRanks(ctx, sec);
     wrong = maxOverRanks(ctx, wrong);
     const double algbw = static_cast<double>(n * sizeof(float)) / sec / 1e9;
     const double busbw = algbw * (world > 1 ? 2.0 * (world - 1) / world : 0);
     if (rank == 0) {
-      std::printf("gloo,%s,%d,%zu,%.3f,%.6f,%.6f,%.0f\n", algoName.c_str(), world, n * sizeof(float), sec * 1e6,
-                  algbw, busbw, wrong);
+      std::printf("gloo,%s,%d,%zu,%.3f,%.6f,%.6f,%.0f\n", algoName.c_str(), world,
+                  n * sizeof(float), sec * 1e6, algbw, busbw, wrong);
       std::fflush(stdout);
     }
   }

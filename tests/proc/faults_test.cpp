@@ -784,7 +784,8 @@ TEST(FaultSoak, RandomFaultsRanksAlgorithmsAndStepsNeverHangAndAlwaysNameTheCulp
       FaultRun run = runFaultJob(t.spec);
       std::vector<std::string> bad = judge(run, t.expect);
       if (only >= 0) {
-        for (const auto& [r, rec] : run.records) std::cout << "rank " << r << ": " << rec.get("what") << "\n";
+        for (const auto& [r, rec] : run.records)
+          std::cout << "rank " << r << ": " << rec.get("what") << "\n";
       }
       bool hang = false, wrongCulprit = false;
       double slowest = 0;

@@ -3,7 +3,6 @@
 // ordered pair of ranks, dependency shape, finalization, and a simulated execution of
 // all ranks that is stricter than the executor needs to be (schedule_sim.hpp says how).
 // The hierarchical algorithm's layouts have their own tests (hier_test.cpp).
-#include "cost_model_testing.hpp"
 #include "algorithms/allreduce_algos.hpp"
 
 #include <gtest/gtest.h>
@@ -25,6 +24,7 @@
 #include "algorithms/chunking.hpp"
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
+#include "cost_model_testing.hpp"
 #include "reduce/reduce.hpp"
 #include "schedule_sim.hpp"
 #include "tccl/error.hpp"

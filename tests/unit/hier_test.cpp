@@ -14,13 +14,13 @@
 #include <sstream>
 #include <thread>
 
-#include "cost_model_testing.hpp"
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
 #include "core/topology.hpp"
+#include "cost_model_testing.hpp"
 #include "schedule_sim.hpp"
 #include "scoped_env.hpp"
 #include "tccl/tccl.hpp"
