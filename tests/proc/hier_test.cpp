@@ -19,6 +19,11 @@ struct HierCase {
   const char* name;
   const char* hosts;  // each rank's host
   const char* counts;
+  // What Auto may pick with a slow inter-host link. Round robin (rank r on host r % 4):
+  // hd's first exchange (distance 4) stays within a host, so it sends exactly hier's
+  // 1.5 V per host across hosts in as many inter-host steps; below hd's penalty
+  // threshold (8 MiB) the model rates them within a few intra-host alphas.
+  const char* autoPicks = "hier";
 };
 
 class HierProc : public ::testing::TestWithParam<HierCase> {};
@@ -36,7 +41,12 @@ TEST_P(HierProc, ExactResultsAndBytesWithinAndAcrossHosts) {
   for (int r = 0; r < 8; ++r) {
     const std::string& rec = job.records[r];
     ASSERT_EQ(rec.rfind("ok", 0), 0u) << describe(job);
-    EXPECT_NE(rec.find("auto=hier"), std::string::npos) << "rank " << r << ": " << rec;
+    const size_t at = rec.find("auto=");
+    ASSERT_NE(at, std::string::npos) << rec;
+    const std::string picked = rec.substr(at + 5, rec.find_first_of(" \n", at) - at - 5);
+    const std::string allowed = std::string(",") + c.autoPicks + ",";
+    EXPECT_NE(allowed.find("," + picked + ","), std::string::npos)
+        << "rank " << r << ": " << rec << " (expected one of " << c.autoPicks << ")";
     inter += std::stoull(rec.substr(rec.find("inter=") + 6));
   }
   EXPECT_GT(inter, 0u) << "nothing crossed hosts";
@@ -45,7 +55,7 @@ TEST_P(HierProc, ExactResultsAndBytesWithinAndAcrossHosts) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, HierProc,
     ::testing::Values(HierCase{"four_hosts_of_two", "0,0,1,1,2,2,3,3", "0,1,N-1,N+1,100003"},
-                      HierCase{"interleaved", "0,1,2,3,0,1,2,3", "1,N+1,1001"},
+                      HierCase{"interleaved", "0,1,2,3,0,1,2,3", "1,N+1,1001", "hier,hd"},
                       HierCase{"uneven_3_1_2_2", "0,0,0,1,2,2,3,3", "0,1,N+1,10007"}),
     [](const auto& p) { return std::string(p.param.name); });
 
