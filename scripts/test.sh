@@ -19,7 +19,13 @@ run_suite() {  # build-dir, cmake args..., then "--" ctest args
   cmake -S . -B "$dir" -G Ninja -DTCCL_WERROR=ON "${cmake_args[@]}" >/dev/null
   cmake --build "$dir" -j "$jobs"
   echo "== tccl: testing $dir"
-  (cd "$dir" && ctest --output-on-failure --timeout 600 "${ctest_args[@]}")
+  if ! (cd "$dir" && ctest --output-on-failure --timeout 600 "${ctest_args[@]}"); then
+    # The failing tests' own words again, last, where a truncated CI log still shows them.
+    echo "== tccl: FAILED in $dir; the failures in short:"
+    grep -v 'TCCL_AUTH_KEY is not set' "$dir/Testing/Temporary/LastTest.log" |
+      grep -A14 -E ': Failure$|^[^ ]*\.sh: |FAIL:' | head -150 || true
+    return 1
+  fi
 }
 
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo --
