@@ -125,7 +125,7 @@ import json, sys
 txt = sys.stdin.read()
 d = json.loads(txt[txt.index("{"):])
 r = d["results"][0]
-print("%s,%.3f,%.6f,%d,%.1f" % (r["algo"], r["time_us"], r["busbw_gbps"], r["wrong"], d["peak_rss_mib_per_rank"]))
+print("%s,%.3f,%.6f,%d,%.1f" % (r["ran"], r["time_us"], r["busbw_gbps"], r["wrong"], d["peak_rss_mib_per_rank"]))
 '
 }
 

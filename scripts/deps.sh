@@ -8,6 +8,7 @@ if [ "${1:-build}" = test ]; then
   want+=(iproute2)  # ip, tc, ss: tests/netns builds a cluster of network namespaces
   # The Python package and torch backend (python/, tests/python): built when found.
   want+=(pybind11-dev python3-dev python3-numpy python3-pytest python3-torch libtorch-dev)
+  want+=(librsvg2-bin)  # rsvg-convert: tccl bench --plot FILE.png (tests/cli)
   want+=(openmpi-bin)  # mpirun: tests/cli/launch_test.sh starts a tccl program under Open MPI
   # clang and its runtimes (libFuzzer, ASan, UBSan): scripts/fuzz.sh
   want+=(clang-14 libclang-rt-14-dev)

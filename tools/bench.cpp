@@ -208,7 +208,11 @@ double busFactor(Coll c, int n) {
 
 struct Row {
   uint64_t size = 0, count = 0;
-  std::string algo;
+  // What ran, and what was asked for: "ring" and "auto" when auto chose the ring.
+  std::string ran, requested;
+  // The algo column: "auto:ring" for auto's rows, so that they never pass for (or, in
+  // the crossover report and the plot, overwrite) the fixed algorithm's own rows.
+  std::string algo() const { return requested == "auto" && ran != "auto" ? "auto:" + ran : ran; }
   double timeUs = 0, algbw = 0, busbw = 0, wrong = 0, bytesPerRank = 0, ratio = 0;
 };
 
@@ -276,7 +280,8 @@ class Runner {
     for (int i = 0; i < iters; ++i) call();
     const double sec =
         maxOverRanks(comm_, std::chrono::duration<double>(Clock::now() - t0).count() / iters);
-    row.algo = ran;
+    row.ran = ran;
+    row.requested = toString(algo);
     row.timeUs = sec * 1e6;
     row.algbw = static_cast<double>(row.size) / sec / 1e9;
     row.busbw = row.algbw * busFactor(c_.coll, n);
@@ -443,7 +448,8 @@ std::string rowJson(const Row& row, const BenchConfig& c) {
   std::ostringstream js;
   js << "{\"size\": " << row.size << ", \"count\": " << row.count << ", \"type\": \""
      << toString(c.dtype) << "\", \"redop\": \"" << toString(c.op) << "\", \"root\": " << c.root
-     << ", \"algo\": \"" << row.algo << "\", \"time_us\": " << row.timeUs
+     << ", \"algo\": \"" << row.algo() << "\", \"requested\": \"" << row.requested
+     << "\", \"ran\": \"" << row.ran << "\", \"time_us\": " << row.timeUs
      << ", \"algbw_gbps\": " << row.algbw << ", \"busbw_gbps\": " << row.busbw
      << ", \"wrong\": " << row.wrong << ", \"bytes_per_rank\": " << row.bytesPerRank
      << ", \"ratio_to_bound\": " << row.ratio << "}";
@@ -453,7 +459,7 @@ std::string rowJson(const Row& row, const BenchConfig& c) {
 // Log-log plot of time and busbw against size, one line per algorithm.
 void writePlot(const std::string& path, const std::string& title, const std::vector<Row>& rows) {
   std::map<std::string, std::vector<const Row*>> byAlgo;
-  for (const Row& r : rows) byAlgo[r.algo].push_back(&r);
+  for (const Row& r : rows) byAlgo[r.requested].push_back(&r);  // auto: one line
   const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
                           "#b07aa1", "#76b7b2", "#9c755f"};
   const int W = 900, H = 420, left = 70, top = 50, pw = 340, ph = 300, gap = 110;
@@ -488,8 +494,12 @@ void writePlot(const std::string& path, const std::string& title, const std::vec
       svg.text(x0 - 6, Y(std::pow(10.0, e)) + 4, buf, 10, "end");
       svg.line(x0, Y(std::pow(10.0, e)), x0 + pw, Y(std::pow(10.0, e)), "#eee");
     }
-    for (double e = std::ceil(lx0); e <= lx1 + 1e-9; e += 1) {
-      svg.text(X(std::pow(10.0, e)), top + ph + 16, formatBytes(std::pow(10.0, e)), 10, "middle");
+    // Sizes are powers of two: ticks at 2^e, every `step` octaves, at most eight.
+    const double o0 = std::log2(xmin), o1 = std::log2(std::max(xmax, xmin * 10));
+    const int step = std::max(1, static_cast<int>(std::ceil((o1 - o0) / 7.0)));
+    for (int e = static_cast<int>(std::ceil(o0 / step)) * step; e <= o1 + 1e-9; e += step) {
+      svg.text(X(std::exp2(e)), top + ph + 16, formatBytes(std::exp2(e)), 10, "middle");
+      svg.line(X(std::exp2(e)), top + ph, X(std::exp2(e)), top + ph + 4, "#333");
     }
     svg.text(x0 + pw / 2.0, top + ph + 34, "message size (bytes per rank)", 11, "middle");
     svg.text(x0 - 52, top + ph / 2.0, ylabel, 11, "middle", -90);
@@ -549,7 +559,7 @@ int runWorker(const BenchConfig& c) {
         c.collName.c_str(), n, std::string(toString(c.dtype)).c_str(),
         std::string(toString(c.op)).c_str(), c.root,
         c.iters ? std::to_string(c.iters).c_str() : "adaptive", c.warmup);
-    std::printf("# %12s %12s %8s %6s %5s %6s %12s %11s %11s %7s %14s %7s\n", "size", "count",
+    std::printf("# %12s %12s %8s %6s %5s %10s %12s %11s %11s %7s %14s %7s\n", "size", "count",
                 "type", "redop", "root", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
                 "bytes/rank", "/bound");
   }
@@ -579,11 +589,11 @@ int runWorker(const BenchConfig& c) {
       Row row = runner.run(size, a);
       rows.push_back(row);
       if (lead && table) {
-        std::printf("  %12llu %12llu %8s %6s %5d %6s %12.2f %11.3f %11.3f %7.0f %14.0f %7.3f\n",
+        std::printf("  %12llu %12llu %8s %6s %5d %10s %12.2f %11.3f %11.3f %7.0f %14.0f %7.3f\n",
                     static_cast<unsigned long long>(row.size),
                     static_cast<unsigned long long>(row.count),
                     std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
-                    c.root, row.algo.c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
+                    c.root, row.algo().c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
                     row.bytesPerRank, row.ratio);
         std::fflush(stdout);
       } else if (lead && c.csv) {
@@ -591,7 +601,7 @@ int runWorker(const BenchConfig& c) {
                     static_cast<unsigned long long>(row.size),
                     static_cast<unsigned long long>(row.count),
                     std::string(toString(c.dtype)).c_str(), std::string(toString(c.op)).c_str(),
-                    c.root, row.algo.c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
+                    c.root, row.algo().c_str(), row.timeUs, row.algbw, row.busbw, row.wrong,
                     row.bytesPerRank, row.ratio);
       }
       // A progress bar for sweeps that take more than a few seconds.
@@ -617,7 +627,7 @@ int runWorker(const BenchConfig& c) {
   std::string crossover;
   if (c.crossover) {
     std::map<uint64_t, std::map<std::string, double>> t;
-    for (const Row& r : rows) t[r.size][r.algo] = r.timeUs;
+    for (const Row& r : rows) t[r.size][r.algo()] = r.timeUs;
     std::string measured = "none in the sweep";
     for (const auto& [size, byAlgo] : t) {
       if (byAlgo.count("ring") && byAlgo.count("tree") && byAlgo.at("ring") < byAlgo.at("tree")) {

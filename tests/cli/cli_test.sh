@@ -88,7 +88,21 @@ out=$(run bench --scaling 2,4,8 -e 256K --plot "$svg"); rc=$?
 echo "$out"
 check "bench --scaling exits 0" test $rc -eq 0
 check "bench --scaling: ring 1.75 V and naive 7 V at world 8" grep -qE "^ +8 +1\.750 +7\.000" <<<"$out"
-rm -f "$svg"
+png=$(mktemp --suffix=.png)
+if command -v rsvg-convert >/dev/null; then
+  out=$(run bench --world 2 -b 8 -e 64K -f 8 --algo ring,tree --iters 3 --warmup 1 --plot "$png"); rc=$?
+  check "bench --plot FILE.png exits 0" test $rc -eq 0
+  check "bench --plot writes a PNG" /usr/bin/python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+assert d[:8] == b"\x89PNG\r\n\x1a\n", d[:8]
+w, h = struct.unpack(">II", d[16:24])
+assert w >= 600 and h >= 300, (w, h)
+' "$png"
+else
+  echo "SKIP: bench --plot FILE.png (no rsvg-convert; scripts/deps.sh test installs librsvg2-bin)"
+fi
+rm -f "$svg" "$png"
 for bad in "--op allfoo" "--algo tree --op gather" "-f 1" "--plot x.pdf" "--algo bogus" "--json --csv"; do
   err=$(run bench --world 2 $bad 2>&1 >/dev/null); rc=$?
   check "bench $bad exits 2" test $rc -eq 2
