@@ -76,11 +76,18 @@ inline int32_t addRecvCopy(Schedule& s, int peer, uint32_t step, Range range, Bu
 }
 // Sets s.peers to the distinct peers of s.ops, ascending.
 void collectPeers(Schedule& s);
+// Reorders s.ops by wave[i], the wave of op i (stable within a wave), and renumbers
+// their dependsOn; every op must depend on an op that ends up before it. The executor
+// keeps a FIFO per peer and direction, so this is the order of the messages on each
+// connection: both ends of a connection must order by the same rule.
+void orderByWave(Schedule& s, const std::vector<uint32_t>& wave);
 
 // Ring all-reduce: reduce-scatter (n-1 steps) then all-gather (n-1 steps), each
 // chunk cut into segments of segElems elements that flow around the ring
 // independently (segment k of step s+1 is sent as soon as segment k of step s has
-// been received and reduced).
+// been received and reduced). Messages go step by step (all of step s's segments,
+// then step s+1's), except at n = 2, where segment k's all-gather send follows its
+// reduce-scatter send (docs/algorithms.md, "Ring: message order").
 Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems);
 
 // Naive all-reduce: every rank sends its whole input to every other rank and reduces

@@ -193,6 +193,10 @@ struct Communicator::Impl {
   bool stopping = false;
   std::thread progress;
   std::mutex execMu;
+  // auto's last all-reduce choice (guarded by execMu): a training loop all-reduces the
+  // same sizes over and over, and the model's answer for a size never changes.
+  size_t autoMemoBytes = SIZE_MAX;
+  Algorithm autoMemoAlgo = Algorithm::Ring;
 
   // ---- failure handling (docs/errors.md) ----
   // Set with abortCause; read by the executor, which also polls wakeFd (an eventfd
@@ -1293,8 +1297,15 @@ void Communicator::Impl::progressLoop() {
 void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   checkUsable();  // an earlier queued call may have failed
   if (call.kind == Kind::AllReduce && call.algorithm == Algorithm::Auto) {
-    call.algorithm = chooseAllreduce(call.count * dataTypeSize(call.dtype),
-                                     log::enabled(log::Level::Info) ? &call.why : nullptr);
+    const size_t bytes = call.count * dataTypeSize(call.dtype);
+    const bool explain = log::enabled(log::Level::Info);
+    if (!explain && bytes == autoMemoBytes) {
+      call.algorithm = autoMemoAlgo;
+    } else {
+      call.algorithm = chooseAllreduce(bytes, explain ? &call.why : nullptr);
+      autoMemoBytes = bytes;
+      autoMemoAlgo = call.algorithm;
+    }
   }
   const char* name = kindName(call.kind);
   const size_t elem = dataTypeSize(call.dtype);

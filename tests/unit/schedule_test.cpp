@@ -375,6 +375,49 @@ TEST(Schedule, RingKnownShape) {
   EXPECT_EQ(s.peers, (std::vector<int>{0, 2}));
 }
 
+TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
+  // n = 2, 7 elements (chunks [0,4) [4,7)) in segments of 2, rank 0: per segment k, the
+  // reduce-scatter send and receive, then the all-gather send of the segment just
+  // reduced and its receive; chunk 0 has one segment more than chunk 1.
+  const Schedule s = ringAllreduce(0, 2, 7, 2);
+  struct Want {
+    OpType type;
+    uint32_t step;
+    Range range;
+  };
+  const std::vector<Want> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
+                                  {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
+                                  {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
+                                  {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
+  ASSERT_EQ(s.ops.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("op " + std::to_string(i));
+    EXPECT_EQ(s.ops[i].type, want[i].type);
+    EXPECT_EQ(s.ops[i].step, want[i].step);
+    EXPECT_EQ(s.ops[i].range, want[i].range);
+  }
+  // Each all-gather send forwards the receive just before it, renumbered.
+  EXPECT_EQ(s.ops[2].dependsOn, 1);
+  EXPECT_EQ(s.ops[6].dependsOn, 5);
+  EXPECT_EQ(s.ops[2].buffer, BufferId::Output);
+}
+
+TEST(Schedule, OrderByWaveIsStableAndRenumbersDependencies) {
+  Schedule s;
+  addSend(s, 1, 0, {0, 1}, BufferId::Input);                        // 0, wave 1
+  addRecvCopy(s, 1, 0, {1, 1}, BufferId::Output);                   // 1, wave 0
+  addSend(s, 1, 1, {1, 1}, BufferId::Output, /*dependsOn=*/1);      // 2, wave 1
+  addRecvCopy(s, 1, 1, {2, 1}, BufferId::Output, /*dependsOn=*/0);  // 3, wave 2
+  orderByWave(s, {1, 0, 1, 2});
+  ASSERT_EQ(s.ops.size(), 4u);
+  EXPECT_EQ(s.ops[0].range.offset, 1u);  // the old op 1
+  EXPECT_EQ(s.ops[1].range.offset, 0u);  // old op 0 before old op 2: stable
+  EXPECT_EQ(s.ops[2].range.offset, 1u);
+  EXPECT_EQ(s.ops[2].type, OpType::Send);
+  EXPECT_EQ(s.ops[2].dependsOn, 0);  // was 1
+  EXPECT_EQ(s.ops[3].dependsOn, 1);  // was 0
+}
+
 TEST(Schedule, NaiveKnownShape) {
   // n = 3, 5 elements in segments of 3, rank 1: sends to 2 then 0; receives fold 0, 1, 2.
   const Schedule s = naiveAllreduce(1, 3, 5, 3);
