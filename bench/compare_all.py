@@ -10,8 +10,11 @@ alternates the contenders within each repetition, and prints markdown tables of 
   compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
            bcube (its halving-doubling-like algorithm) over 127.0.0.1.
-  --sweep: tccl `--algo all` over 8 B..16 MiB (x8) and 64 MiB at each world; for each size the slowest of
-           `auto` against the best fixed algorithm, medians over the repetitions.
+  --sweep: every fixed all-reduce algorithm and `auto` (in one job per size, in an order rotated per
+           repetition) over 8 B..16 MiB (x8) and 64 MiB at each world; for each size `auto` against
+           the best fixed algorithm, medians over the repetitions, and at the end the worst ratio
+           where `auto` chose another algorithm than the fastest and the largest deviation where it
+           ran the fastest itself (the measurement's own noise).
 """
 import argparse
 import json
@@ -29,7 +32,14 @@ TIMEOUT = int(os.environ.get("TIMEOUT", "300"))
 
 
 def iters_for(size):
-    return (1000, 100) if size < (1 << 20) else (20, 5)
+    # (timed iterations, warm-up): every timed loop lasts tens of milliseconds or more,
+    # so that one scheduler hiccup does not decide a row (20 iterations of 2 MiB at
+    # world 4 are 40 ms, where ring and hd swapped places from run to run).
+    if size < (1 << 20):
+        return (1000, 100)
+    if size < (16 << 20):
+        return (100, 10)
+    return (20, 5)
 
 
 def run(cmd, env=None):
@@ -45,7 +55,7 @@ def tccl(world, size, algo):
                "--iters", str(it), "--warmup", str(wu), "--json"])
     rows = json.loads(out)["results"]
     # "ran": the algorithm that ran (for auto's row, the one it chose; "algo" says "auto:ring")
-    return [(r["ran"], r["time_us"], r["busbw_gbps"], r["wrong"]) for r in rows]
+    return [(r["ran"], r["time_us"], r["busbw_gbps"], r["wrong"], r["requested"]) for r in rows]
 
 
 def mpi(world, size):
@@ -94,7 +104,7 @@ def compare(worlds, reps):
         for w in worlds:
             for s in sizes:
                 print(f"[compare] rep {rep + 1}/{reps} world {w} size {s}", file=sys.stderr)
-                a, t, b, wrong = tccl(w, s, "auto")[0]
+                a, t, b, wrong, _ = tccl(w, s, "auto")[0]
                 res.setdefault((w, s, "tccl auto (" + a + ")"), []).append((t, b, wrong))
                 res.setdefault((w, s, "Open MPI"), []).append(mpi(w, s))
                 for g in ("ring", "bcube"):
@@ -118,21 +128,30 @@ def compare(worlds, reps):
         print(f"| {w} | {t_auto / t_mpi:.2f} | {t_auto / t_gloo:.2f} | {b_auto / b_mpi:.2f} |")
 
 
+# The fixed all-reduce algorithms on one host (hier needs several) and auto.
+ALGOS = ["ring", "naive", "tree", "hd", "rd", "hier", "auto"]
+
+
 def sweep(worlds, reps):
     sizes = [8 * 8 ** k for k in range(8)] + [64 << 20]  # 8 B .. 16 MiB, and 64 MiB
     print("| world | size (B) | best fixed (us) | auto ran | auto (us) | auto / best |")
     print("|---:|---:|---|---|---:|---:|")
     worst = 0.0
+    worst_other = 0.0  # rows where auto ran another algorithm than the fastest fixed one
+    noise = 0.0  # rows where it ran the fastest: the ratio is measurement noise
     for w in worlds:
         times = {}  # size -> {algo or "auto:<ran>": [us]}
         for rep in range(reps):
             print(f"[sweep] rep {rep + 1}/{reps} world {w}", file=sys.stderr)
             for s in sizes:
-                rows = tccl(w, s, "all")  # the fixed algorithms, then auto (under what it ran)
-                for algo, t, _, wrong in rows[:-1]:
-                    assert wrong == 0, (w, s, algo)
-                    times.setdefault(s, {}).setdefault(algo, []).append(t)
-                times[s].setdefault("auto:" + rows[-1][0], []).append(rows[-1][1])
+                # Every algorithm and auto in one job, in an order rotated per repetition,
+                # so that no contender always runs first or last.
+                k = rep % len(ALGOS)
+                rows = tccl(w, s, ",".join(ALGOS[k:] + ALGOS[:k]))
+                for ran, t, _, wrong, requested in rows:
+                    assert wrong == 0, (w, s, ran)
+                    key = "auto:" + ran if requested == "auto" else ran
+                    times.setdefault(s, {}).setdefault(key, []).append(t)
         for s in sizes:
             fixed = {a: med(v) for a, v in times[s].items() if not a.startswith("auto:")}
             best = min(fixed, key=fixed.get)
@@ -140,8 +159,14 @@ def sweep(worlds, reps):
             ran = "/".join(sorted(a[5:] for a in times[s] if a.startswith("auto:")))
             ratio = auto_t / fixed[best]
             worst = max(worst, ratio)
+            if ran == best:
+                noise = max(noise, abs(ratio - 1))
+            else:
+                worst_other = max(worst_other, ratio)
             print(f"| {w} | {s} | {best} {fixed[best]:.1f} | {ran} | {auto_t:.1f} | {ratio:.2f} |")
     print(f"\nworst auto / best fixed: {worst:.2f}")
+    print(f"worst where auto ran another algorithm than the fastest fixed one: {worst_other:.2f}")
+    print(f"largest deviation where auto ran the fastest one itself (noise): {noise:.2f}")
 
 
 def main():
