@@ -19,6 +19,7 @@
 
 #include "algorithms/allreduce.hpp"
 #include "cli.hpp"
+#include "core/error_fields.hpp"
 #include "core/process.hpp"
 #include "subcommands.hpp"
 
@@ -160,22 +161,9 @@ class FaultWorker {
   }
 
   void recordError(const Error& e, int call, double ms) {
-    const ErrorInfo& i = e.info();
     rec_["status"] = "error";
     rec_["call"] = std::to_string(call);
-    rec_["kind"] = std::string(toString(i.kind));
-    rec_["culprit"] = std::to_string(i.culprit);
-    rec_["culprit_address"] = i.culpritAddress;
-    rec_["detected_by"] = std::to_string(i.detectedBy);
-    rec_["peer"] = std::to_string(i.peer);
-    rec_["collective"] = i.collective;
-    rec_["seq"] = std::to_string(i.seq);
-    rec_["algorithm"] = i.algorithm;
-    rec_["phase"] = i.phase;
-    rec_["step"] = std::to_string(i.step);
-    rec_["steps"] = std::to_string(i.steps);
-    rec_["local_sig"] = i.localSignature;
-    rec_["remote_sig"] = i.remoteSignature;
+    putErrorFields(e.info(), rec_);
     rec_["elapsed_ms"] = std::to_string(ms);
     rec_["message"] = e.what();
   }

@@ -378,8 +378,19 @@ class Run {
     if (wire::decodeHeader(buf, &h) != wire::DecodeStatus::Ok) {
       fail(ErrorKind::Protocol, cs, op, 0, "undecodable message header from the peer");
     }
-    if (h.kind == wire::MsgKind::Abort) failAbortMessage(cs, op, h);
     const int32_t ahead = static_cast<int32_t>(h.seq - ctx_.seq);
+    if (h.kind == wire::MsgKind::Abort) {
+      // An abort sent from a later collective: the peer finished this one, so it owes
+      // this call nothing and is owed nothing. Finish the call and let the next one
+      // read the abort: a rank that was merely slow then reaches the collective where
+      // the failure happened and reports what it runs there, which a mismatch verdict
+      // (the majority at that collective) needs.
+      if (ahead > 0 && !owesSends && !ctx_.p2p) {
+        cs.parked = true;
+        return;
+      }
+      failAbortMessage(cs, op, h);
+    }
     if ((h.flags & wire::kFlagP2P) || ctx_.p2p || ahead > 0) {
       cs.parked = true;  // a later call's message
       return;

@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error_fields.hpp"
 #include "tccl/tccl.hpp"
 
 using namespace tccl;
@@ -286,27 +287,9 @@ class Worker {
   }
 
   void recordError(const Error& e, size_t call, double ms) {
-    const ErrorInfo& i = e.info();
     rec_["status"] = "error";
     rec_["call"] = std::to_string(call);
-    rec_["kind"] = std::string(toString(i.kind));
-    rec_["culprit"] = std::to_string(i.culprit);
-    rec_["culprit_address"] = i.culpritAddress;
-    rec_["detected_by"] = std::to_string(i.detectedBy);
-    rec_["rank_field"] = std::to_string(i.rank);
-    rec_["peer"] = std::to_string(i.peer);
-    rec_["collective"] = i.collective;
-    rec_["seq"] = std::to_string(i.seq);
-    rec_["algorithm"] = i.algorithm;
-    rec_["phase"] = i.phase;
-    rec_["step"] = std::to_string(i.step);
-    rec_["steps"] = std::to_string(i.steps);
-    rec_["bytes_moved"] = std::to_string(i.bytesMoved);
-    rec_["bytes_expected"] = std::to_string(i.bytesExpected);
-    rec_["info_elapsed_ms"] = std::to_string(i.elapsedMs);
-    rec_["timeout_ms"] = std::to_string(i.timeoutMs);
-    rec_["local_sig"] = i.localSignature;
-    rec_["remote_sig"] = i.remoteSignature;
+    putErrorFields(e.info(), rec_);
     rec_["elapsed_ms"] = std::to_string(ms);
     rec_["what"] = e.what();
   }
