@@ -438,11 +438,13 @@ class Run {
   void fire() {
     if (faultFired.exchange(true)) return;
     const FaultSpec& f = *ctx_.fault;
-    TCCL_WARN("TCCL_FAULT: injecting " << (f.action == FaultSpec::Action::Exit   ? "exit"
-                                           : f.action == FaultSpec::Action::Stop ? "stop"
-                                                                                 : "hang")
-                                       << " in " << ctx_.collective << " #" << ctx_.seqFull);
+    static const char* const kNames[] = {"exit", "stop", "hang", "slow"};
+    TCCL_WARN("TCCL_FAULT: injecting " << kNames[static_cast<int>(f.action)] << " in "
+                                       << ctx_.collective << " #" << ctx_.seqFull);
     switch (f.action) {
+      case FaultSpec::Action::Slow:
+        std::this_thread::sleep_for(std::chrono::milliseconds(f.slowMs));
+        break;
       case FaultSpec::Action::Exit:
         ::_exit(43);
       case FaultSpec::Action::Stop:
@@ -522,16 +524,26 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
     return std::nullopt;
   };
   size_t at = text.find('@');
-  if (at == std::string::npos) return bad("expected <exit|stop|hang>@<phase>:<step>[#<seq>]");
+  if (at == std::string::npos)
+    return bad("expected <exit|stop|hang|slow<ms>>@<phase>:<step>[#<seq>]");
   const std::string action = text.substr(0, at);
-  if (action == "exit") {
+  if (action.size() > 4 && action.compare(0, 4, "slow") == 0) {
+    f.action = Action::Slow;
+    try {
+      size_t used = 0;
+      f.slowMs = std::stoll(action.substr(4), &used);
+      if (used != action.size() - 4 || f.slowMs < 0) return bad("bad slow<ms>");
+    } catch (...) {
+      return bad("bad slow<ms>");
+    }
+  } else if (action == "exit") {
     f.action = Action::Exit;
   } else if (action == "stop") {
     f.action = Action::Stop;
   } else if (action == "hang") {
     f.action = Action::Hang;
   } else {
-    return bad("unknown action '" + action + "' (exit, stop or hang)");
+    return bad("unknown action '" + action + "' (exit, stop, hang or slow<ms>)");
   }
   std::string rest = text.substr(at + 1);
   size_t hash = rest.find('#');

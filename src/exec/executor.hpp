@@ -29,13 +29,16 @@
 namespace tccl {
 
 // A fault to inject (TCCL_FAULT, for tests and `tccl faults`): at the first op of
-// the given phase step, the process exits, stops itself, or hangs.
+// the given phase step, the process exits, stops itself, hangs, or stalls for a while
+// and goes on (a slow rank).
 struct FaultSpec {
-  enum class Action { Exit, Stop, Hang } action = Action::Exit;
-  std::string phase;  // a prefix of the phase name; "start": on entering the call
-  int step = 1;       // 1-based within the phase
-  int64_t seq = -1;   // the collective it applies to; -1: the first with that phase
-  // Parses "exit@reduce-scatter:3#2"; nullopt (and *error set) when malformed.
+  enum class Action { Exit, Stop, Hang, Slow } action = Action::Exit;
+  int64_t slowMs = 0;  // Slow: how long the step stalls before going on
+  std::string phase;   // a prefix of the phase name; "start": on entering the call
+  int step = 1;        // 1-based within the phase
+  int64_t seq = -1;    // the collective it applies to; -1: the first with that phase
+  // Parses "exit@reduce-scatter:3#2" or "slow500@broadcast:2#1"; nullopt (and *error
+  // set) when malformed.
   static std::optional<FaultSpec> parse(const std::string& s, std::string* error);
 };
 

@@ -77,10 +77,11 @@ struct FaultSpec {
   int world = 4;
   std::vector<std::string> args;  // key=value, for the worker
   int culprit = -1;
-  std::string faultEnv;         // TCCL_FAULT on the culprit only
-  int stopAtCall = -1;          // SIGSTOP the culprit once it announces this call
-  bool culpritLingers = false;  // stopped or stalled: killed once the others reported
-  std::vector<int> reporters;   // ranks whose records end the job (default: all but culprit)
+  std::string faultEnv;                      // TCCL_FAULT on the culprit only
+  std::map<int, std::string> otherFaultEnv;  // TCCL_FAULT on other ranks (slow ones)
+  int stopAtCall = -1;                       // SIGSTOP the culprit once it announces this call
+  bool culpritLingers = false;               // stopped or stalled: killed once the others reported
+  std::vector<int> reporters;  // ranks whose records end the job (default: all but culprit)
   Ms deadline{60000};
   std::function<void(TcpStore& store)> whileRunning;
   bool quiet = false;  // TCCL_DEBUG=NONE: no warnings on stderr (the records say it all)
@@ -119,6 +120,8 @@ FaultRun runFaultJob(const FaultSpec& spec) {
                          {"TCCL_STORE", addr},
                          {"TCCL_TUNE_FILE", "/nonexistent"}};
     if (r == spec.culprit && !spec.faultEnv.empty()) env.push_back({"TCCL_FAULT", spec.faultEnv});
+    if (auto it = spec.otherFaultEnv.find(r); it != spec.otherFaultEnv.end())
+      env.push_back({"TCCL_FAULT", it->second});
     if (spec.quiet) env.push_back({"TCCL_DEBUG", "NONE"});
     return env;
   });
@@ -510,6 +513,37 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(p.param.world) + "_r" + std::to_string(p.param.culprit) + "_" +
              algoName(p.param.algo);
     });
+
+// A rank still inside an earlier collective when the mismatch aborts the others must get to
+// the collective where the ranks disagree and report what it runs there: the verdict needs
+// its vote. World 4, broadcast #1 from root 0 is a binomial tree 0->1, 0->2->3; rank 2
+// stalls 600 ms before forwarding to rank 3, so rank 3 waits inside #1 while ranks 0 and 1
+// go on and meet rank 1's count mismatch at all-gather #2. Rank 0's abort (sent from #2)
+// reaches rank 3 inside #1. Before the executor let such an abort wait for the next call,
+// rank 3 failed in #1; the decider then had 2 votes against 1 at #2, not a majority of
+// the world, and blamed the peer it had detected the mismatch from.
+TEST(MismatchVerdict, ASlowRankStillInAnEarlierCollectiveReportsAtTheFaultyOne) {
+  FaultSpec spec;
+  spec.world = 4;
+  spec.culprit = 1;
+  spec.reporters = everyRank(4);
+  spec.otherFaultEnv[2] = "slow600@broadcast:1#1";
+  spec.args = {"scenario=mismatch",
+               "deviation=count",
+               "at=2",
+               "algo=ring",
+               "count=64",
+               "iters=5",
+               "timeout=" + std::to_string(kLongTimeoutMs)};
+  FaultRun run = runFaultJob(spec);
+  expectCleanExits(run);
+  EXPECT_DETECTION(run, (Expect{"Mismatch", 1, everyRank(4), kMismatchBoundMs, true, 2}));
+  auto waiting = run.records.find(3);
+  ASSERT_NE(waiting, run.records.end()) << run.describe();
+  EXPECT_EQ(waiting->second.num("call"), 2)
+      << "rank 3 did not finish broadcast #1 before failing:\n"
+      << run.describe();
+}
 
 // ---- surviving: shrink ------------------------------------------------------------------
 

@@ -164,11 +164,19 @@ TEST(FaultSpec, Parses) {
   ASSERT_TRUE(f) << err;
   EXPECT_EQ(f->phase, "start");
   EXPECT_EQ(f->seq, 0);
+  f = FaultSpec::parse("slow600@broadcast:2#1", &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->action, FaultSpec::Action::Slow);
+  EXPECT_EQ(f->slowMs, 600);
+  EXPECT_EQ(f->phase, "broadcast");
+  EXPECT_EQ(f->step, 2);
+  EXPECT_EQ(f->seq, 1);
 }
 
 TEST(FaultSpec, RejectsMalformed) {
   for (const char* s : {"", "exit", "boom@ring:1", "exit@ring", "exit@ring:0", "exit@ring:x",
-                        "exit@:1", "exit@ring:1#", "exit@ring:1#-2", "exit@ring:1#3x"}) {
+                        "exit@:1", "exit@ring:1#", "exit@ring:1#-2", "exit@ring:1#3x",
+                        "slow@ring:1", "slowx@ring:1", "slow5x@ring:1", "slow-5@ring:1"}) {
     std::string err;
     EXPECT_FALSE(FaultSpec::parse(s, &err)) << s;
     EXPECT_NE(err.find("TCCL_FAULT"), std::string::npos) << s;
