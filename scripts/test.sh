@@ -20,10 +20,12 @@ run_suite() {  # build-dir, cmake args..., then "--" ctest args
   cmake --build "$dir" -j "$jobs"
   echo "== tccl: testing $dir"
   if ! (cd "$dir" && ctest --output-on-failure --timeout 600 "${ctest_args[@]}"); then
-    # The failing tests' own words again, last, where a truncated CI log still shows them.
+    # The failing tests' own words again, last, where a truncated CI log still shows them:
+    # gtest's "file:line: Failure", the shell tests' "FAILED: ...", pytest's "FAILED" and
+    # "E   " lines, and shell errors.
     echo "== tccl: FAILED in $dir; the failures in short:"
     grep -v 'TCCL_AUTH_KEY is not set' "$dir/Testing/Temporary/LastTest.log" |
-      grep -A14 -E ': Failure$|^[^ ]*\.sh: |FAIL:' | head -150 || true
+      grep -A14 -E ': Failure$|^FAILED|^E   |^[^ ]*\.sh: ' | head -150 || true
     return 1
   fi
 }
