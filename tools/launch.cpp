@@ -35,11 +35,11 @@
 #include <sstream>
 
 #include "auth/auth.hpp"
+#include "base/log.hpp"
 #include "cli.hpp"
-#include "core/log.hpp"
 #include "core/process.hpp"
+#include "net/socket.hpp"
 #include "subcommands.hpp"
-#include "transport/socket.hpp"
 
 extern char** environ;
 

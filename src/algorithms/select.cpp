@@ -12,7 +12,7 @@
 
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
-#include "core/config.hpp"
+#include "base/config.hpp"
 #include "tccl/error.hpp"
 
 namespace tccl::algo {

@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/config.hpp"
-#include "core/log.hpp"
+#include "base/config.hpp"
+#include "base/log.hpp"
 #include "tccl/error.hpp"
 
 namespace tccl::auth {

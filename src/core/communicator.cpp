@@ -22,15 +22,16 @@
 #include "algorithms/collectives.hpp"
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
-#include "core/config.hpp"
+#include "base/config.hpp"
+#include "base/log.hpp"
+#include "core/bootstrap.hpp"
 #include "core/failure.hpp"
 #include "core/launch_env.hpp"
-#include "core/log.hpp"
 #include "core/topology.hpp"
 #include "exec/executor.hpp"
+#include "net/iface.hpp"
+#include "net/socket.hpp"
 #include "reduce/reduce.hpp"
-#include "transport/iface.hpp"
-#include "transport/socket.hpp"
 #include "transport/transport.hpp"
 #include "transport/wire.hpp"
 
@@ -420,12 +421,12 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   {
     // Where to listen and publish: CommOptions::listenAddress, else TCCL_SOCKET_IFNAME /
     // TCCL_SOCKET_FAMILY, else this host's end of the route to the store; loopback is
-    // refused when the job may span hosts (src/transport/iface.hpp, docs/network.md).
+    // refused when the job may span hosts (src/net/iface.hpp, docs/network.md).
     std::string route;
     if (auto* tcp = dynamic_cast<TcpStore*>(store.get())) route = tcp->localAddress();
     tc.listenAddress =
-        net::decideListenAddress(options.listenAddress, route, *m.store, rank, size,
-                                 m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
+        bootstrap::decideListenAddress(options.listenAddress, route, *m.store, rank, size,
+                                       m.timeout.count() > 0 ? m.timeout : Store::kDefaultTimeout);
   }
   m.transport = std::make_unique<Transport>(tc, m.store);
   m.topology =

@@ -6,8 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include "net/socket.hpp"
 #include "tccl/error.hpp"
-#include "transport/socket.hpp"
 
 extern char** environ;
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <thread>
 
+#include "net/socket.hpp"
 #include "tccl/error.hpp"
-#include "transport/socket.hpp"
 
 extern char** environ;
 

@@ -2,10 +2,10 @@
 
 #include <vector>
 
-#include "core/config.hpp"
-#include "core/log.hpp"
+#include "base/config.hpp"
+#include "base/log.hpp"
+#include "net/socket.hpp"
 #include "tccl/error.hpp"
-#include "transport/socket.hpp"
 
 namespace tccl {
 

@@ -1,6 +1,6 @@
 #include "tccl/work.hpp"
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 namespace tccl {
 

@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "reduce/reduce.hpp"
 #include "tccl/error.hpp"
 #include "transport/wire.hpp"

@@ -27,10 +27,10 @@
 #include <thread>
 #include <unordered_map>
 
+#include "net/socket.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
 #include "tccl/store.hpp"
-#include "transport/socket.hpp"
 
 namespace tccl {
 namespace {

@@ -29,11 +29,11 @@
 #include <unordered_map>
 
 #include "auth/auth.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
+#include "net/socket.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
 #include "tccl/store.hpp"
-#include "transport/socket.hpp"
 
 namespace tccl {
 namespace {

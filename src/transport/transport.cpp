@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "tccl/error.hpp"
 
 namespace tccl {

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "auth/auth.hpp"
+#include "net/socket.hpp"
 #include "tccl/stats.hpp"
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
-#include "transport/socket.hpp"
 #include "transport/wire.hpp"
 
 namespace tccl {

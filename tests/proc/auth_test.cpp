@@ -23,8 +23,8 @@
 
 #include "../unit/scoped_env.hpp"
 #include "core/process.hpp"
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 #include "transport/transport.hpp"
 #include "transport/wire.hpp"
 

@@ -30,8 +30,8 @@
 
 #include "algorithms/allreduce.hpp"
 #include "core/process.hpp"
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 #include "transport/wire.hpp"
 
 using namespace tccl;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/process.hpp"
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 
 namespace tccl::testing {
 

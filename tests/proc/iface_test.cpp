@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "core/process.hpp"
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 
 using namespace tccl;
 using namespace std::chrono_literals;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 
 using namespace tccl;
 

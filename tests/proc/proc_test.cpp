@@ -15,8 +15,8 @@
 
 #include "core/process.hpp"
 #include "harness.hpp"
+#include "net/socket.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 #include "transport/wire.hpp"
 
 using namespace tccl;

@@ -17,11 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "net/socket.hpp"
 #include "scoped_env.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
 #include "tccl/store.hpp"
-#include "transport/socket.hpp"
 #include "transport/transport.hpp"
 #include "transport/wire.hpp"
 

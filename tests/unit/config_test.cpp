@@ -1,6 +1,6 @@
 // Environment parsing: every TCCL_* variable the core reads, its default, its range,
 // and an error that names the variable when the value is bad.
-#include "core/config.hpp"
+#include "base/config.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-// Interface and address choice (src/transport/iface.hpp) over synthetic interface
+// Interface and address choice (src/net/iface.hpp) over synthetic interface
 // lists, the loopback rule, IPv6 address handling in socket.hpp, and the same things
 // end to end in one process: TcpStore over ::1, a Communicator refusing loopback when
 // its store is reachable from other hosts, a clear error when TCCL_SOCKET_IFNAME
 // matches nothing.
-#include "transport/iface.hpp"
+#include "net/iface.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <thread>
 
+#include "net/socket.hpp"
 #include "scoped_env.hpp"
 #include "tccl/tccl.hpp"
-#include "transport/socket.hpp"
 
 using namespace tccl;
 using namespace tccl::net;

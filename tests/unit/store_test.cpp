@@ -18,9 +18,9 @@
 #include <numeric>
 #include <thread>
 
+#include "net/socket.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
-#include "transport/socket.hpp"
 
 namespace tccl {
 namespace {

@@ -16,10 +16,6 @@
 #include <string>
 #include <vector>
 
-namespace tccl {
-class Store;
-}
-
 namespace tccl::net {
 
 // One address of one interface, as getifaddrs(3) reports it.
@@ -121,14 +117,5 @@ std::optional<std::string> loopbackProblem(const std::string& chosen,
                                            const std::string& routeAddress, int worldSize,
                                            const HostIdentity& self,
                                            const std::optional<HostIdentity>& rank0);
-
-// The Communicator's whole decision for one rank: an explicit address (CommOptions::
-// listenAddress) wins; else TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY / the route; then
-// the loopback rule (rank 0 publishes its HostIdentity under "hostid/0" in `store`, the
-// namespaced store, and a rank about to listen on loopback reads it). Logs the choice
-// and why at INFO; throws InvalidArgumentError on no match or a refused loopback.
-std::string decideListenAddress(const std::string& explicitAddress, const std::string& routeAddress,
-                                Store& store, int rank, int worldSize,
-                                std::chrono::milliseconds timeout);
 
 }  // namespace tccl::net

@@ -1,10 +1,10 @@
-#include "core/config.hpp"
+#include "base/config.hpp"
 
 #include <cerrno>
 #include <cstdlib>
 #include <string_view>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "tccl/error.hpp"
 
 namespace tccl::config {
