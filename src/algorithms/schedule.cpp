@@ -38,7 +38,9 @@ const Phase* Schedule::phaseOf(uint32_t step) const {
 
 void collectPeers(Schedule& s) {
   std::set<int> peers;
-  for (const Op& op : s.ops) peers.insert(op.peer);
+  for (const Op& op : s.ops) {
+    if (op.type != OpType::Copy) peers.insert(op.peer);
+  }
   s.peers.assign(peers.begin(), peers.end());
 }
 
@@ -70,6 +72,20 @@ int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from
   op.range = range;
   op.buffer = from;
   op.dependsOn = dependsOn;
+  s.ops.push_back(op);
+  return static_cast<int32_t>(s.ops.size() - 1);
+}
+
+int32_t addLocalCopy(Schedule& s, Range range, BufferId from, BufferId into, int32_t dependsOn,
+                     bool finalize) {
+  Op op;
+  op.type = OpType::Copy;
+  op.peer = -1;
+  op.range = range;
+  op.buffer = from;
+  op.dst = into;
+  op.dependsOn = dependsOn;
+  op.finalize = finalize;
   s.ops.push_back(op);
   return static_cast<int32_t>(s.ops.size() - 1);
 }

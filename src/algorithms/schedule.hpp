@@ -18,7 +18,11 @@ namespace tccl::algo {
 // example a reduce-scatter's output holds only block r, so its origin is r*count).
 // Scratch is temporary space the communicator provides when a schedule needs it.
 enum class BufferId : uint8_t { Input, Output, Scratch };
-enum class OpType : uint8_t { Send, Recv };
+// Send and Recv move a range to or from `peer`. Copy is local (peer -1): dst[range] =
+// buffer[range], then (finalize) Avg's division; a schedule states its local copies
+// and world-size-1 results this way instead of leaving them to the communicator.
+// A Copy from a buffer to itself at the same place (in place) is skipped.
+enum class OpType : uint8_t { Send, Recv, Copy };
 enum class RecvAction : uint8_t {
   Copy,    // the payload lands directly in dst[range]
   Reduce,  // dst[range] = operand[range] op payload, operand = `buffer`
@@ -70,6 +74,9 @@ int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from
                 int32_t dependsOn = -1);
 int32_t addRecv(Schedule& s, int peer, uint32_t step, Range range, RecvAction action,
                 BufferId operand, BufferId dst, int32_t dependsOn = -1, bool finalize = false);
+// A local copy dst[range] = from[range] (see OpType::Copy).
+int32_t addLocalCopy(Schedule& s, Range range, BufferId from, BufferId into, int32_t dependsOn = -1,
+                     bool finalize = false);
 inline int32_t addRecvCopy(Schedule& s, int peer, uint32_t step, Range range, BufferId into,
                            int32_t dependsOn = -1) {
   return addRecv(s, peer, step, range, RecvAction::Copy, BufferId::Input, into, dependsOn);

@@ -49,7 +49,7 @@ void encodeHeader(const MessageHeader& h, uint8_t out[kHeaderSize]) {
 DecodeStatus decodeHeader(const uint8_t in[kHeaderSize], MessageHeader* out) {
   if (get<uint16_t>(in) != kHeaderMagic) return DecodeStatus::BadMagic;
   uint8_t kind = in[2];
-  if (kind != static_cast<uint8_t>(MsgKind::Data) && kind != static_cast<uint8_t>(MsgKind::Abort)) {
+  if (kind < static_cast<uint8_t>(MsgKind::Data) || kind > static_cast<uint8_t>(MsgKind::Cancel)) {
     return DecodeStatus::BadKind;
   }
   MessageHeader h;
@@ -109,7 +109,7 @@ void encodeHello(const Hello& h, uint8_t out[kHelloSize]) {
   put<int32_t>(out + 32, h.targetRank);
   put<uint32_t>(out + 36, static_cast<uint32_t>(h.reason));
   put<uint32_t>(out + 40, h.flags);
-  put<uint32_t>(out + 44, h.reserved);
+  put<uint32_t>(out + 44, h.lane);
   std::memcpy(out + 48, h.nonce.data(), kNonceSize);
   std::memcpy(out + 80, h.mac.data(), kMacSize);
 }
@@ -131,7 +131,7 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out) {
   h.targetRank = get<int32_t>(in + 32);
   h.reason = static_cast<RejectReason>(get<uint32_t>(in + 36));
   h.flags = get<uint32_t>(in + 40);
-  h.reserved = get<uint32_t>(in + 44);
+  h.lane = get<uint32_t>(in + 44);
   std::memcpy(h.nonce.data(), in + 48, kNonceSize);
   std::memcpy(h.mac.data(), in + 80, kMacSize);
   *out = h;

@@ -5,12 +5,24 @@
 //
 //   offset size field
 //   0      2    magic        0x54 0x43 ("TC")
-//   2      1    kind         1 = data, 2 = abort (no payload; see below)
-//   3      1    flags        bit 0: point-to-point message (seq is per peer)
+//   2      1    kind         1 = data, 2 = abort (no payload; see below); 3-7 = the
+//                            point-to-point protocol's messages (below)
+//   3      1    flags        reserved (0)
 //   4      4    seq          collective sequence number on the communicator (mod 2^32)
 //   8      4    fingerprint  hash of the collective's signature (see fingerprint())
 //   12     4    step         the schedule step this message belongs to
 //   16     8    length       payload bytes that follow
+//
+// Point-to-point messages travel on their own connection per peer pair (the p2p lane),
+// never on the collectives' one, so that a collective's stream is read only by the
+// collective it belongs to. Their fields (docs/protocol.md, "Point to point"):
+//   kind    seq       fingerprint  step     length                       payload
+//   Eager   tag       0            send id  message bytes                the message
+//   Rts     tag       0            send id  message bytes                none
+//   Cts     0         receive id   send id  0                            none
+//   Chunk   0         receive id   send id  chunk bytes                  the chunk
+//   Credit  0         0            0        eager bytes given back       none
+//   Cancel  0         0            send id  0                            none
 //
 // Every connection starts with a handshake of 112-byte messages (Hello):
 //
@@ -18,7 +30,8 @@
 //                                                          4 challenge, 5 proof)
 //   8  8 job id            16 8 communicator id (hash of the communicator's name)
 //   24 4 rank (sender)     28 4 world size      32 4 target rank    36 4 reason (reject)
-//   40 4 flags (bit 0: the sender has an auth key)                  44 4 reserved (0)
+//   40 4 flags (bit 0: the sender has an auth key)                  44 4 lane (0 collectives,
+//                                                                        1 point to point)
 //   48 32 nonce (hello: the dialler's; challenge: the acceptor's)
 //   80 32 mac (challenge: the acceptor's HMAC; proof: the dialler's; see auth/auth.hpp)
 //
@@ -39,8 +52,24 @@ constexpr uint16_t kHeaderMagic = 0x4354;  // "TC" little-endian
 // A payload larger than this is rejected before anything is allocated or read.
 constexpr uint64_t kMaxPayload = uint64_t{1} << 40;
 
-enum class MsgKind : uint8_t { Data = 1, Abort = 2 };
+enum class MsgKind : uint8_t {
+  Data = 1,
+  Abort = 2,
+  Eager = 3,   // p2p: a small message, sent before its receive is known to be posted
+  Rts = 4,     // p2p: request to send a large message
+  Cts = 5,     // p2p: clear to send, once the receive is posted
+  Chunk = 6,   // p2p: part of a large message, into the posted receive's buffer
+  Credit = 7,  // p2p: eager-pool bytes the receiver has freed
+  Cancel = 8,  // p2p: the sender gave up on a request to send (deadline)
+};
+// Until the p2p engine replaces them: send/recv run as schedules on the collectives'
+// connection, flagged so that a channel watcher never mistakes them for a collective's.
 constexpr uint8_t kFlagP2P = 1;
+// Whether `length` payload bytes follow a header of this kind (Rts announces a size
+// without sending it).
+constexpr bool carriesPayload(MsgKind k) {
+  return k == MsgKind::Data || k == MsgKind::Eager || k == MsgKind::Chunk;
+}
 
 // An Abort message has no payload; its fields carry the cause as far as the sender
 // knows it (the full record is in the store, see docs/errors.md):
@@ -106,7 +135,7 @@ struct Hello {
   int32_t targetRank = -1;
   RejectReason reason = RejectReason::None;
   uint32_t flags = 0;
-  uint32_t reserved = 0;
+  uint32_t lane = 0;  // which connection of the pair: 0 collectives, 1 point to point
   std::array<uint8_t, kNonceSize> nonce{};
   std::array<uint8_t, kMacSize> mac{};
   bool operator==(const Hello&) const = default;

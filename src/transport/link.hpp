@@ -1,0 +1,199 @@
+// Links: one connection to one peer, as the executor and the p2p engine see it.
+//
+// A Link owns its connection (a TCP socket, or an in-memory pipe in unit tests) and is
+// the only code that reads or writes it. Its users move framed messages (a 24-byte
+// wire::MessageHeader, then `length` payload bytes when the kind carries one) with
+// TxFrame / RxFrame below, which encode and decode the header, follow partial progress
+// and count every byte into the link's counters: framing and counting live here and
+// nowhere else.
+//
+// Everything is nonblocking. A user that made no progress waits for readiness with
+// waitLinks(), which sleeps until one of the links it names can move in a wanted
+// direction, a wake descriptor fires, or a deadline passes.
+//
+// Threading: a link is used by one thread at a time (its owner: the executor for a
+// collectives lane, the p2p engine's driver for a p2p lane). Its counters may be read
+// from any thread.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tccl/stats.hpp"
+#include "tccl/types.hpp"
+#include "transport/wire.hpp"
+
+namespace tccl {
+
+// The outcome of one nonblocking transfer.
+enum class LinkStatus : uint8_t {
+  Progress,  // some bytes moved (see the count)
+  Blocked,   // nothing moved: the connection would block in that direction
+  Closed,    // end of file (receive) or the peer is gone (send: EPIPE/ECONNRESET)
+  Error,     // any other failure; errorText() says which
+};
+
+struct LinkIo {
+  LinkStatus status = LinkStatus::Blocked;
+  size_t bytes = 0;
+};
+
+// Byte counters that the owning thread bumps and any thread may read.
+struct LinkCounters {
+  std::atomic<uint64_t> payloadSent{0}, payloadRecv{0}, wireSent{0}, wireRecv{0};
+  std::atomic<uint64_t> messagesSent{0}, messagesRecv{0};
+  PeerCounters snapshot() const;
+  void reset();
+  void add(const PeerCounters& c);
+};
+
+// Which connection of a peer pair a link is.
+enum class Lane : uint8_t { Collective = 0, P2P = 1 };
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  int peer() const { return peer_; }
+  Lane lane() const { return lane_; }
+  // The peer's ip:port as seen on the connection ("mem" for an in-memory link).
+  const std::string& address() const { return address_; }
+  LinkCounters& counters() { return counters_; }
+  const LinkCounters& counters() const { return counters_; }
+
+  // Raw nonblocking I/O (TxFrame / RxFrame use these; nothing else should).
+  virtual LinkIo writev(const iovec* iov, int iovcnt) = 0;
+  virtual LinkIo readv(const iovec* iov, int iovcnt) = 0;
+  // Copies up to n bytes of pending input without consuming it.
+  virtual LinkIo peek(uint8_t* buf, size_t n) = 0;
+  // The last Error's description.
+  virtual std::string errorText() const = 0;
+
+  // Readiness: the descriptor to poll, and the events to ask for, to wait for the link
+  // to become readable and/or writable. afterWake() is called once the wait returned,
+  // before the next transfer (an in-memory link resets its event descriptor there).
+  virtual int pollFd() const = 0;
+  virtual short pollEvents(bool wantRead, bool wantWrite) const = 0;
+  virtual void afterWake() {}
+
+  // Ends the link: the peer reads what was sent, then end of file (a half close). The
+  // link stays readable until destroyed.
+  virtual void shutdownWrite() = 0;
+  virtual bool open() const = 0;
+
+  // A message is half sent on this link: nothing else may be written until it is
+  // finished (an abort then only closes the link).
+  bool txPartial = false;
+
+ protected:
+  Link(int peer, Lane lane, std::string address)
+      : peer_(peer), lane_(lane), address_(std::move(address)) {}
+
+ private:
+  int peer_;
+  Lane lane_;
+  std::string address_;
+  LinkCounters counters_;
+};
+
+// Sends one framed message, as far as the link takes it each time pump() is called.
+//   TxFrame tx; tx.start(header, payload);   // payload: header.length bytes
+//   while (tx.pump(link).status == LinkStatus::Progress && !tx.done()) {}
+class TxFrame {
+ public:
+  void start(const wire::MessageHeader& h, const uint8_t* payload);
+  // Moves bytes; counts them (payload and wire) and the message once done.
+  LinkIo pump(Link& link);
+  bool idle() const { return !active_; }
+  bool done() const { return active_ && sent_ == total_; }
+  // Header plus payload bytes handed to the link so far / in all.
+  size_t sent() const { return sent_; }
+  size_t total() const { return total_; }
+  void reset() { active_ = false; }
+  const wire::MessageHeader& header() const { return header_; }
+
+ private:
+  wire::MessageHeader header_;
+  uint8_t bytes_[wire::kHeaderSize] = {};
+  const uint8_t* payload_ = nullptr;
+  size_t sent_ = 0;
+  size_t total_ = 0;
+  bool active_ = false;
+};
+
+// Receives one framed message: first its header, then (once the caller has chosen
+// where the payload goes) its payload.
+//   RxFrame rx;
+//   rx.pumpHeader(link)  -> Progress with headerReady() once the 24 bytes are in
+//   rx.header()          -> decoded (decodeStatus() says whether it decoded)
+//   rx.setTarget(ptr)    -> where the payload lands (length bytes)
+//   rx.pumpPayload(link) -> Progress with done() once the payload is in
+// When the caller passes a target before the header is complete (the executor knows
+// its next message's size), pumpHeader reads header and payload in one readv.
+class RxFrame {
+ public:
+  // Reads header bytes (and, with expectTarget/expectLength set, the payload too).
+  LinkIo pumpHeader(Link& link);
+  bool headerReady() const { return got_ >= wire::kHeaderSize; }
+  wire::DecodeStatus decodeStatus() const { return status_; }
+  const wire::MessageHeader& header() const { return header_; }
+  // Optional, before the header is in: the payload's expected place and size, so that
+  // one readv takes both (a mismatching header is reported by the caller; bytes read
+  // beyond the header then sit in the target).
+  void expect(uint8_t* target, size_t length) {
+    expectTarget_ = target;
+    expectLength_ = length;
+  }
+  void setTarget(uint8_t* target) { target_ = target; }
+  LinkIo pumpPayload(Link& link);
+  // The whole message (header and payload) is in.
+  bool done() const;
+  // Payload bytes received so far.
+  size_t payloadGot() const { return got_ > wire::kHeaderSize ? got_ - wire::kHeaderSize : 0; }
+  // Bytes of this message read so far (header + payload).
+  size_t got() const { return got_; }
+  void reset();
+
+ private:
+  uint8_t bytes_[wire::kHeaderSize] = {};
+  wire::MessageHeader header_;
+  wire::DecodeStatus status_ = wire::DecodeStatus::Ok;
+  uint8_t* target_ = nullptr;
+  uint8_t* expectTarget_ = nullptr;
+  size_t expectLength_ = 0;
+  size_t got_ = 0;
+  bool counted_ = false;
+};
+
+// Sleeps until one of `links` can move in a wanted direction (wantRead[i] /
+// wantWrite[i]), `wakeFd` (if >= 0) is readable, or `deadline` passes. Fills ready[i]
+// (revents of link i). Returns false when the deadline passed with nothing ready;
+// throws SystemError if poll itself fails. afterWake() is called on every link.
+struct LinkWait {
+  Link* link = nullptr;
+  bool read = false;
+  bool write = false;
+  short revents = 0;  // out
+};
+bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken = nullptr);
+
+// Two in-memory links joined back to back (unit tests): what one writes the other
+// reads. Each direction holds at most `capacity` bytes (a socket's buffer); with a
+// seed, every transfer moves a random number of bytes between 1 and what it asked
+// for, so that tests see the partial reads and writes a socket gives.
+struct MemLinkPair {
+  std::unique_ptr<Link> a;  // rank `rankA`'s end: its peer() is rankB
+  std::unique_ptr<Link> b;
+};
+MemLinkPair makeMemLinkPair(int rankA, int rankB, Lane lane, size_t capacity = 256 * 1024,
+                            uint64_t seed = 0);
+
+}  // namespace tccl
