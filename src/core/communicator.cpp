@@ -900,7 +900,7 @@ void Communicator::Impl::heartbeatLoop() {
           c.rank = rank;
           c.detectedBy = rank;
           c.culprit = outlier;
-          c.culpritAddress = transport->publishedAddress(outlier);
+          c.culpritAddress = transport->publishedAddress(outlier, hbStore.get());
           c.seq = entered;
           c.localSignature = self.signature;
           c.remoteSignature = outlier == rank ? self.signature : others[outlier].signature;

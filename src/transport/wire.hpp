@@ -122,6 +122,7 @@ enum class RejectReason : uint32_t {
   AuthUnsupported = 10,  // the other side has a key; the rejecting side has none
   AuthFailed = 11,       // a MAC did not verify: the keys differ
   Unexpected = 12,       // a handshake message out of order
+  BadLane = 13,          // a lane other than 0 (collectives) or 1 (point to point)
 };
 std::string_view toString(RejectReason r);
 
@@ -154,7 +155,8 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out);
 bool plausibleHelloPrefix(const uint8_t* in, size_t n, uint16_t* version = nullptr);
 
 // What a receiver expects of a hello from a would-be peer. Returns None if it is
-// acceptable, else the reason to reject it. (Authentication is judged separately.)
+// acceptable, else the reason to reject it. (Authentication, and whether that rank is
+// already connected on that lane, are judged separately.)
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize);
 
 // 64-bit FNV-1a over the signature fields, folded to 32 bits (high ^ low); any difference in
