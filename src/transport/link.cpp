@@ -161,13 +161,20 @@ void RxFrame::reset() {
 bool LinkWait::stirred() const { return (revents & (POLLIN | POLLHUP | POLLERR)) != 0; }
 
 bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken) {
+  return waitLinks(links, std::vector<int>{wakeFd}, deadline, woken);
+}
+
+bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
+               bool* woken) {
   std::vector<pollfd> fds;
-  fds.reserve(links.size() + 1);
+  fds.reserve(links.size() + wakeFds.size());
   for (LinkWait& w : links) {
     w.revents = 0;
     fds.push_back({w.link->pollFd(), w.link->pollEvents(w.read, w.write), 0});
   }
-  if (wakeFd >= 0) fds.push_back({wakeFd, POLLIN, 0});
+  for (int fd : wakeFds) {
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
   if (woken) *woken = false;
   int n = 0;
   for (;;) {
@@ -181,7 +188,9 @@ bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool
     links[i].revents = fds[i].revents;
     if (fds[i].revents != 0) links[i].link->afterWake();
   }
-  if (woken && wakeFd >= 0) *woken = fds.back().revents != 0;
+  if (woken) {
+    for (size_t i = links.size(); i < fds.size(); ++i) *woken |= fds[i].revents != 0;
+  }
   return true;
 }
 

@@ -199,6 +199,9 @@ struct LinkWait {
   bool stirred() const;
 };
 bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken = nullptr);
+// The same with several wake descriptors (those < 0 are ignored); *woken: any fired.
+bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
+               bool* woken = nullptr);
 
 // Where the executor gets its links: the transport (TCP, the collectives' lane) or, in
 // unit tests, a set of in-memory links.
