@@ -33,6 +33,12 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
   listener_ = net::listenOn(cfg_.listenAddress, 0);
   net::SockAddr a = net::localAddress(listener_.get());
   listenAddr_ = net::joinHostPort(a.ip(), a.port());
+  serviceWake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  linkEvent_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!serviceWake_.valid() || !linkEvent_.valid()) {
+    throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
+  }
+  service_ = std::thread([this] { serviceLoop(); });
   store_->setString(addrKey(cfg_.rank), listenAddr_);
   TCCL_INFO("listening on " << listenAddr_
                             << (cfg_.authKey ? " (connections authenticated, key id " +
@@ -41,9 +47,16 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
 }
 
 Transport::~Transport() {
+  stopping_.store(true);
+  const uint64_t one = 1;
+  const ssize_t w = ::write(serviceWake_.get(), &one, sizeof one);
+  (void)w;
+  if (service_.joinable()) service_.join();
+  for (std::thread& t : dialers_) {
+    if (t.joinable()) t.join();
+  }
   // Connections still in their handshake are strangers (every peer this rank needed got
-  // in), judged only while the rank was connecting: read what they sent since, once, so
-  // that each leaves a line naming its address.
+  // in): read what they sent since, once, so that each leaves a line naming its address.
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& p : pending_) {
     if (p->outgoing || !p->fd.valid()) continue;
@@ -161,6 +174,186 @@ void Transport::addLink(Pending& p) {
                                  << (cfg_.authKey ? " (authenticated)" : ""));
   links_[{p.peer, p.lane}] = std::move(l);
   wakeOthers(-1);
+  if (p.lane == Lane::P2P) signalLinkEvent();
+}
+
+void Transport::signalLinkEvent() {
+  const uint64_t one = 1;
+  const ssize_t r = ::write(linkEvent_.get(), &one, sizeof one);
+  (void)r;
+}
+
+std::vector<Link*> Transport::links(Lane lane) const {
+  std::vector<Link*> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [key, l] : links_) {
+    if (key.second == lane) out.push_back(l.get());
+  }
+  return out;
+}
+
+bool Transport::p2pUnderWay(int peer) const {
+  if (dialling_.count(peer)) return true;
+  for (const auto& q : pending_) {
+    if (q->peer == peer && q->lane == Lane::P2P) return true;  // ours, or theirs identified
+  }
+  return false;
+}
+
+Link* Transport::tryLink(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = links_.find({peer, Lane::P2P}); it != links_.end()) return it->second.get();
+  if (auto e = dialErrors_.find(peer); e != dialErrors_.end()) {
+    ErrorInfo info = e->second;
+    dialErrors_.erase(e);
+    throwError(std::move(info));
+  }
+  if (peer < 0 || peer >= cfg_.worldSize || peer == cfg_.rank) {
+    throwError(ErrorKind::InvalidArgument, "no rank " + std::to_string(peer) + " to connect to",
+               cfg_.rank, peer);
+  }
+  if (p2pUnderWay(peer) || stopping_.load()) return nullptr;
+  dialling_.insert(peer);
+  dialers_.emplace_back([this, peer] { dialP2P(peer); });
+  return nullptr;
+}
+
+void Transport::dialP2P(int peer) {
+  const Deadline deadline = Deadline::after(cfg_.dialTimeout);
+  auto fail = [&](ErrorInfo info) {
+    info.rank = cfg_.rank;
+    info.peer = peer;
+    if (info.phase.empty()) info.phase = "connect (p2p lane)";
+    std::lock_guard<std::mutex> lk(mu_);
+    dialling_.erase(peer);
+    dialErrors_[peer] = std::move(info);
+    signalLinkEvent();
+  };
+  try {
+    const std::string key = addrKey(peer);
+    for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
+         pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+      if (stopping_.load() || deadline.expired()) {
+        ErrorInfo info;
+        info.kind = ErrorKind::Timeout;
+        info.timeoutMs = cfg_.dialTimeout.count();
+        info.message = "rank " + std::to_string(peer) +
+                       " never published its address (missing store key " + key + ")";
+        fail(std::move(info));
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+    }
+    const std::string addr = publishedAddress(peer);
+    auto [host, port] = net::splitHostPort(addr);
+    auto pend = std::make_unique<Pending>();
+    // The address was published after listen(): a refusal means the peer is gone.
+    pend->fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
+    pend->address = addr;
+    pend->outgoing = true;
+    pend->peer = peer;
+    pend->lane = Lane::P2P;
+    pend->stage = Stage::AwaitReply;
+    pend->since = Deadline::Clock::now();
+    wire::Hello h = myHello(wire::HelloKind::Hello, peer, Lane::P2P);
+    if (cfg_.authKey) {
+      pend->transcript.protocol = auth::Protocol::Transport;
+      pend->transcript.jobId = cfg_.jobId;
+      pend->transcript.commId = cfg_.commId;
+      pend->transcript.dialler = cfg_.rank;
+      pend->transcript.acceptor = peer;
+      pend->transcript.worldSize = cfg_.worldSize;
+      pend->transcript.diallerNonce = auth::randomNonce();
+      h.nonce = pend->transcript.diallerNonce;
+    }
+    uint8_t out[wire::kHelloSize];
+    wire::encodeHello(h, out);
+    if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
+      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank,
+                 peer);
+    }
+    pend->bytesSent += sizeof out;
+    std::lock_guard<std::mutex> lk(mu_);
+    dialling_.erase(peer);
+    pending_.push_back(std::move(pend));
+    const uint64_t one = 1;
+    const ssize_t r = ::write(serviceWake_.get(), &one, sizeof one);
+    (void)r;
+  } catch (const Error& e) {
+    fail(e.info());
+  }
+}
+
+void Transport::acceptAll() {
+  for (;;) {
+    net::SockAddr from;
+    net::Fd fd = net::acceptNonBlocking(listener_.get(), &from);
+    if (!fd.valid()) break;
+    auto pend = std::make_unique<Pending>();
+    pend->fd = std::move(fd);
+    pend->address = from.toString();
+    pend->since = Deadline::Clock::now();
+    pending_.push_back(std::move(pend));
+  }
+}
+
+void Transport::serviceRound(std::vector<pollfd>& fds) {
+  const auto now = Deadline::Clock::now();
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = *pending_[i];
+    // Outgoing collective-lane handshakes belong to the thread in connect().
+    if (p.outgoing && p.lane != Lane::P2P) {
+      ++i;
+      continue;
+    }
+    bool done = false;
+    try {
+      done = service(p);
+    } catch (const Error& e) {
+      dialErrors_[p.peer] = e.info();
+      signalLinkEvent();
+      done = true;
+    }
+    if (!done && !p.outgoing && now - p.since > kStrangerGrace) {
+      TCCL_WARN("dropping a connection from " << p.address << " that sent no handshake in "
+                                              << kStrangerGrace.count() << " s");
+      done = true;
+    }
+    if (done) {
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  fds.clear();
+  fds.push_back({listener_.get(), POLLIN, 0});
+  fds.push_back({serviceWake_.get(), POLLIN, 0});
+  for (const auto& p : pending_) {
+    if (!p->outgoing || p->lane == Lane::P2P) fds.push_back({p->fd.get(), POLLIN, 0});
+  }
+}
+
+void Transport::serviceLoop() {
+  std::vector<pollfd> fds;
+  while (!stopping_.load()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      serviceRound(fds);
+    }
+    const int n = ::poll(fds.data(), fds.size(), 1000);  // 1 s: expire strangers
+    if (stopping_.load()) break;
+    if (n <= 0) continue;
+    if (fds[1].revents != 0) {
+      uint64_t v = 0;
+      const ssize_t r = ::read(serviceWake_.get(), &v, sizeof v);
+      (void)r;
+    }
+    if (fds[0].revents & POLLIN) {
+      std::lock_guard<std::mutex> lk(mu_);
+      acceptAll();
+      wakeOthers(-1);  // a thread in connect() may be waiting for this one
+    }
+  }
 }
 
 void Transport::wakeOthers(int selfFd) {
@@ -199,7 +392,13 @@ bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std:
   wire::Hello reply = myHello(wire::HelloKind::Reject, -1, p.lane);
   reply.reason = reason;
   sendHello(p, reply);
-  TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason) << detail);
+  if (reason == wire::RejectReason::Duplicate && p.lane == Lane::P2P) {
+    // Two ranks dialling each other for point to point at once: routine.
+    TCCL_INFO("refused a crossed p2p dial from " << p.address << detail);
+  } else {
+    TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason)
+                                            << detail);
+  }
   // Read what the stranger already sent (a bounded amount: it may keep sending), so that
   // closing with unread input does not reset the connection before it reads our Reject.
   uint8_t sink[4096];
@@ -234,9 +433,12 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     wire::RejectReason reason =
         wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
     const Lane lane = static_cast<Lane>(h.lane);  // checkHello: 0 or 1
-    if (reason == wire::RejectReason::None && (h.rank > cfg_.rank || hasLink(h.rank, lane))) {
-      // Only lower ranks dial us, and only once per lane.
-      reason = h.rank > cfg_.rank ? wire::RejectReason::BadRank : wire::RejectReason::Duplicate;
+    if (reason == wire::RejectReason::None) {
+      if (lane == Lane::Collective && h.rank > cfg_.rank) {
+        reason = wire::RejectReason::BadRank;  // on this lane only lower ranks dial us
+      } else if (hasLink(h.rank, lane) || lostCrossedDial(h.rank, lane)) {
+        reason = wire::RejectReason::Duplicate;
+      }
     }
     const bool peerHasKey = (h.flags & wire::kHelloFlagAuth) != 0;
     if (reason == wire::RejectReason::None && iHaveKey && !peerHasKey) {
@@ -257,6 +459,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
         detail = " (" + std::string(laneName(lane)) + " lane)";
       }
       noteRefusal(h.rank, p.address, wire::toString(reason));
+      p.lane = lane;
       return rejectIncoming(p, reason, detail);
     }
     p.peer = h.rank;
@@ -303,7 +506,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     return rejectIncoming(p, wire::RejectReason::AuthFailed,
                           " (claimed to be rank " + std::to_string(p.peer) + ")");
   }
-  if (hasLink(p.peer, p.lane)) {
+  if (hasLink(p.peer, p.lane) || lostCrossedDial(p.peer, p.lane)) {
     return rejectIncoming(p, wire::RejectReason::Duplicate,
                           " (" + std::string(laneName(p.lane)) + " lane)");
   }
@@ -315,7 +518,25 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   return true;
 }
 
+bool Transport::lostCrossedDial(int peer, Lane lane) const {
+  // Both ranks of a pair dialled each other on the p2p lane: the lower rank's dial wins,
+  // so the lower rank refuses the higher one's while its own is under way.
+  if (lane != Lane::P2P || peer < cfg_.rank) return false;
+  if (dialling_.count(peer)) return true;
+  for (const auto& q : pending_) {
+    if (q->outgoing && q->peer == peer && q->lane == Lane::P2P) return true;
+  }
+  return false;
+}
+
 bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
+  if (h.kind == wire::HelloKind::Reject && p.lane == Lane::P2P &&
+      h.reason == wire::RejectReason::Duplicate) {
+    // A crossed dial: the peer's own connection (it is the lower rank, or it already has
+    // one) is the pair's p2p link; it arrives through the listener.
+    TCCL_INFO("p2p dial to rank " << p.peer << " crossed the peer's own; keeping the peer's");
+    return true;
+  }
   if (h.kind == wire::HelloKind::Reject) {
     refuseOutgoing(p, wire::RejectReason::None,
                    "connection refused by the peer: " + std::string(wire::toString(h.reason)));
@@ -594,20 +815,10 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       (void)r;
     }
     if (n > 0 && (fds[0].revents & POLLIN)) {
-      bool accepted = false;
-      for (;;) {
-        net::SockAddr from;
-        net::Fd fd = net::acceptNonBlocking(listener_.get(), &from);
-        if (!fd.valid()) break;
-        auto pend = std::make_unique<Pending>();
-        pend->fd = std::move(fd);
-        pend->address = from.toString();
-        pend->since = Deadline::Clock::now();
-        pending_.push_back(std::move(pend));
-        accepted = true;
-      }
+      const size_t before = pending_.size();
+      acceptAll();
       // A thread waiting for another lane watches the new connections too.
-      if (accepted) wakeOthers(myWake.get());
+      if (pending_.size() != before) wakeOthers(myWake.get());
     }
   }
 }

@@ -23,6 +23,8 @@
 // resetStats() are safe from any thread.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -31,11 +33,13 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "auth/auth.hpp"
 #include "net/socket.hpp"
+#include "tccl/error.hpp"
 #include "tccl/stats.hpp"
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
@@ -51,6 +55,8 @@ struct TransportConfig {
   uint64_t commId = 0;
   std::string listenAddress = "127.0.0.1";
   int socketBufferBytes = 0;  // 0: kernel autotuning
+  // How long a p2p-lane dial may wait for the peer's address and its answer.
+  std::chrono::milliseconds dialTimeout{60000};
   // The job's key (docs/security.md); null: connections are not authenticated. With
   // authKeyFromEnv, the transport reads it from TCCL_AUTH_KEY / TCCL_AUTH_KEY_FILE at
   // construction instead.
@@ -97,6 +103,18 @@ class Transport : public LinkProvider {
   void abortAll(const wire::MessageHeader& abortHeader, Lane lane = Lane::Collective);
   // The peers with an open link on `lane`.
   std::vector<int> connectedPeers(Lane lane) const;
+
+  // ---- the p2p lane (docs/protocol.md, "Connections") ----
+  // The p2p link to `peer` once it is up, else nullptr, having started a dial unless one
+  // (ours or the peer's) is under way. The p2p lane is dialled by whichever rank needs
+  // it first, so a rank may dial a lower one; when both dial at once, the connection the
+  // lower rank dialled is kept and the other refused (Duplicate). Never blocks. Throws
+  // the error that ended the last attempt, once (a later call dials again).
+  Link* tryLink(int peer);
+  // Every open link of `lane`.
+  std::vector<Link*> links(Lane lane) const;
+  // Readable once a p2p link came up or a p2p dial failed (the reader drains it).
+  int linkEventFd() const { return linkEvent_.get(); }
   std::vector<int> connectedPeers() const override { return connectedPeers(Lane::Collective); }
 
  private:
@@ -146,6 +164,21 @@ class Transport : public LinkProvider {
   // Makes every other thread waiting in connect() look again (a link was made, or a
   // connection accepted that it should watch).
   void wakeOthers(int selfFd);
+  // The background service thread: accepts connections and runs every incoming
+  // handshake and the p2p lane's outgoing ones, so that the listener is served whether
+  // or not a thread is inside connect() (a stranger is answered at once; a peer that
+  // dials for point to point is accepted while this rank computes).
+  void serviceLoop();
+  // One round of it, with mu_ held: returns the descriptors to wait on.
+  void serviceRound(std::vector<pollfd>& fds);
+  void acceptAll();
+  // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
+  // Hello, then the service thread takes it over.
+  void dialP2P(int peer);
+  bool p2pUnderWay(int peer) const;  // mu_ held
+  // An incoming p2p dial from `peer` that loses to this rank's own dial (mu_ held).
+  bool lostCrossedDial(int peer, Lane lane) const;
+  void signalLinkEvent();
 
   TransportConfig cfg_;
   std::shared_ptr<Store> store_;
@@ -160,6 +193,14 @@ class Transport : public LinkProvider {
   mutable std::map<int, std::string> published_;
   std::map<int, std::string> refused_;  // claimed rank -> "address: reason" of the last refusal
   std::set<int> waiters_;               // the eventfds of the threads waiting in connect()
+  // The service thread and what it shares (under mu_ but for the descriptors).
+  std::thread service_;
+  net::Fd serviceWake_;
+  net::Fd linkEvent_;
+  std::atomic<bool> stopping_{false};
+  std::set<int> dialling_;                 // p2p dials before their pending entry exists
+  std::map<int, ErrorInfo> dialErrors_;    // p2p dials that failed, for tryLink
+  std::vector<std::thread> dialers_;
 };
 
 }  // namespace tccl
