@@ -286,6 +286,8 @@ class TcclWork final : public c10d::Work {
     return true;
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // A receive from any source: who sent it (torch's recv() returns this).
+  int sourceRank() const override { return work_->source(); }
 
  private:
   struct UnpackError {
@@ -520,21 +522,36 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     return make(c10d::OpType::SCATTER, std::move(w), {out}, {scratch});
   }
 
-  // Tags are not carried: messages between two ranks match in the order they are issued.
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int /*tag*/) override {
+  // Point to point with MPI's matching (tccl's p2p engine): tags match independently,
+  // messages with one tag between two ranks in order; recvAnysource takes the first
+  // message from any rank with the tag, and its Work's sourceRank() names the sender.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     const auto& t = single(tensors, "send", rank_);
     const Flat f = forMove(t, "send tensor", rank_);
-    auto w = comm_->sendAsync(f.data, f.count, f.dtype, dst);
+    auto w = comm_->sendAsync(f.data, f.count, f.dtype, dst, tag);
     return make(c10d::OpType::SEND, std::move(w), {}, {t});
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int /*tag*/) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     const auto& t = single(tensors, "recv", rank_);
     const Flat f = forMove(t, "recv tensor", rank_);
-    auto w = comm_->recvAsync(f.data, f.count, f.dtype, src);
+    auto w = comm_->recvAsync(f.data, f.count, f.dtype, src, tag);
     return make(c10d::OpType::RECV, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    const auto& t = single(tensors, "recv", rank_);
+    const Flat f = forMove(t, "recv tensor", rank_);
+    auto w = comm_->recvAsync(f.data, f.count, f.dtype, tccl::kAnySource, tag);
+    return make(c10d::OpType::RECVANYSOURCE, std::move(w), {t});
+  }
+
+  // batch_isend_irecv: torch brackets the batch with these; tccl posts it as one group
+  // (Communicator::groupStart / groupEnd), so no operation of the batch waits on the
+  // order of another.
+  void startCoalescing() override { comm_->groupStart(); }
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /*reqs*/) override {
+    comm_->groupEnd();
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {

@@ -24,10 +24,6 @@ const char* kindName(CallKind k) {
       return "gather";
     case CallKind::Scatter:
       return "scatter";
-    case CallKind::Send:
-      return "send";
-    case CallKind::Recv:
-      return "recv";
   }
   return "?";
 }

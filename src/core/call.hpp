@@ -24,13 +24,10 @@ enum class CallKind : uint8_t {
   AllToAll,
   Gather,
   Scatter,
-  Send,
-  Recv,
 };
 
 // "allreduce", "reduce_scatter", ... (as errors, logs and stats name them).
 const char* kindName(CallKind k);
-inline bool isP2P(CallKind k) { return k == CallKind::Send || k == CallKind::Recv; }
 // The collectives that take a reduction op.
 inline bool reduces(CallKind k) {
   return k == CallKind::AllReduce || k == CallKind::ReduceScatter || k == CallKind::Reduce;

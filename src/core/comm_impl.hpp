@@ -33,6 +33,7 @@
 #include "algorithms/select.hpp"
 #include "core/call.hpp"
 #include "core/failure.hpp"
+#include "core/p2p_room.hpp"
 #include "core/topology.hpp"
 #include "exec/executor.hpp"
 #include "tccl/communicator.hpp"
@@ -107,14 +108,20 @@ struct Communicator::Impl {
     Algorithm autoMemoAlgo = Algorithm::Ring;
   } exec;
 
+  // ---- point to point (p2p_calls.cpp, p2p_room.hpp): made on the first p2p call; mu
+  // guards the pointer. Declared after boot, so destroyed before the transport. ----------
+  struct P2P {
+    std::mutex mu;
+    std::unique_ptr<P2PRoom> room;
+  } p2p;
+
   // ---- the call queue (progress.cpp): issueMu guards all of it but `last` ---------------
   struct Queue {
     std::mutex issueMu;
     std::condition_variable cv;
     std::deque<std::pair<PreparedCall, WorkPtr>> pending;
-    int64_t seq = 0;                          // the next collective's number
-    std::map<int, int64_t> sendSeq, recvSeq;  // point-to-point sequence per peer
-    bool busy = false;                        // the progress thread runs a call
+    int64_t seq = 0;    // the next collective's number
+    bool busy = false;  // the progress thread runs a call
     bool stopping = false;
     std::thread progress;
     CallStats last;  // the last blocking call's (written and read by the issuing thread)
@@ -204,6 +211,20 @@ struct Communicator::Impl {
   // Mismatch: what the culprit ran at collective cause.seq, read from the store.
   std::string culpritSignature(const ErrorInfo& cause);
   void abortNow(const std::string& reason);
+  // What the heartbeats say of `peer` now (alive, stopped, no record), for a
+  // point-to-point timeout's message; reads its record twice, a period and a half apart.
+  std::string describePeerHealth(int peer);
+
+  // ---- point to point (p2p_calls.cpp) ----------------------------------------------------
+  P2PRoom& p2pRoom();
+  // The room when it exists (abort paths: nothing to tell otherwise).
+  P2PRoom* p2pRoomIfAny();
+  void checkP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer,
+                int tag) const;
+  WorkPtr p2pWork(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
+                  const CollectiveOptions& options);
+  P2PHandle makeP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
+                    const CollectiveOptions& o, P2PCompletion done);
   std::vector<int> agreeOnSurvivors(std::chrono::milliseconds wait);
 };
 

@@ -69,6 +69,11 @@ Communicator::Impl::~Impl() {
   }
   queue.cv.notify_all();
   if (queue.progress.joinable()) queue.progress.join();  // drains the queue first
+  {
+    // Before the transport whose p2p links it uses; fails what is still pending.
+    std::lock_guard<std::mutex> lk(p2p.mu);
+    p2p.room.reset();
+  }
   stopHeartbeat();
   leaveStore();
   if (failure.wakeFd >= 0) ::close(failure.wakeFd);
@@ -267,25 +272,6 @@ WorkPtr Communicator::scatterAsync(const void* sendbuf, void* recvbuf, size_t re
       makeCall(CallKind::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root, options),
       true);
 }
-void Communicator::send(const void* buf, size_t count, DataType dtype, int peer,
-                        const CollectiveOptions& options) {
-  issue(makeCall(CallKind::Send, buf, nullptr, count, dtype, ReduceOp::Sum, peer, options), false);
-}
-void Communicator::recv(void* buf, size_t count, DataType dtype, int peer,
-                        const CollectiveOptions& options) {
-  issue(makeCall(CallKind::Recv, nullptr, buf, count, dtype, ReduceOp::Sum, peer, options), false);
-}
-WorkPtr Communicator::sendAsync(const void* buf, size_t count, DataType dtype, int peer,
-                                const CollectiveOptions& options) {
-  return issue(makeCall(CallKind::Send, buf, nullptr, count, dtype, ReduceOp::Sum, peer, options),
-               true);
-}
-WorkPtr Communicator::recvAsync(void* buf, size_t count, DataType dtype, int peer,
-                                const CollectiveOptions& options) {
-  return issue(makeCall(CallKind::Recv, nullptr, buf, count, dtype, ReduceOp::Sum, peer, options),
-               true);
-}
-
 // ---- failures (failure_protocol.cpp) -----------------------------------------------------
 
 void Communicator::abort(const std::string& reason) { impl_->abortNow(reason); }

@@ -26,9 +26,20 @@ void Communicator::Impl::wake() {
 }
 
 ErrorInfo Communicator::Impl::setAbortCause(const ErrorInfo& info) {
-  std::lock_guard<std::mutex> lk(failure.abortMu);
-  if (!failure.abortCause) failure.abortCause = info;
-  return *failure.abortCause;
+  ErrorInfo stands;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lk(failure.abortMu);
+    first = !failure.abortCause;
+    if (first) failure.abortCause = info;
+    stands = *failure.abortCause;
+  }
+  // Point-to-point operations fail with the communicator: pending ones now, later
+  // ones at once (the engine tells its peers on the p2p lane).
+  if (first) {
+    if (P2PRoom* room = p2pRoomIfAny()) room->abort(stands);
+  }
+  return stands;
 }
 
 std::optional<ErrorInfo> Communicator::Impl::currentAbortCause() const {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "base/config.hpp"
 #include "core/comm_impl.hpp"
@@ -83,6 +84,37 @@ std::map<int, failure::Heartbeat> Communicator::Impl::readHeartbeats(Store& from
     }
   }
   return out;
+}
+
+std::string Communicator::Impl::describePeerHealth(int peer) {
+  const auto period = failure.hbPeriod;
+  if (period.count() <= 0 || !failure.hbStore) return "heartbeats are off";
+  const std::string who = "rank " + std::to_string(peer);
+  const std::string k = failure::keys::heartbeat(peer);
+  auto read = [&]() -> std::optional<failure::Heartbeat> {
+    try {
+      if (!failure.hbStore->check({k})) return std::nullopt;
+      return failure::decodeHeartbeat(failure.hbStore->getString(k));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  const auto first = read();
+  if (!first) return who + " has no heartbeat record";
+  // Its beat advances once a period: 1.5 periods always see one, and are short next to
+  // a timeout (a period is a tenth of it).
+  const auto gap = std::min<std::chrono::milliseconds>(period * 3 / 2, std::chrono::seconds(2));
+  std::this_thread::sleep_for(gap);
+  const auto second = read();
+  if (!second || second->beat <= first->beat) {
+    return who + "'s heartbeat has stopped (beat #" + std::to_string(first->beat) + " for " +
+           std::to_string(gap.count()) + " ms): it may be dead or stopped";
+  }
+  std::string where = second->entered > second->completed && !second->signature.empty()
+                          ? "inside " + second->signature
+                          : "between collectives";
+  return who + " is alive (heartbeat #" + std::to_string(first->beat) + " -> #" +
+         std::to_string(second->beat) + ", " + where + ")";
 }
 
 void Communicator::Impl::enterCall(int64_t seq, const Running& what) {

@@ -27,15 +27,13 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   Impl& m = *impl_;
   m.checkUsable();
   m.validate(call);
+  if (P2PRoom* room = m.p2pRoomIfAny(); room && room->inGroup()) {
+    m.invalid(std::string(kindName(call.kind)) +
+              ": a collective inside a point-to-point group (groupStart ... groupEnd)");
+  }
   Impl::Queue& q = m.queue;
   std::unique_lock<std::mutex> issueLock(q.issueMu);
-  if (call.kind == CallKind::Send) {
-    call.seq = q.sendSeq[call.root]++;
-  } else if (call.kind == CallKind::Recv) {
-    call.seq = q.recvSeq[call.root]++;
-  } else {
-    call.seq = q.seq++;
-  }
+  call.seq = q.seq++;
   if (!async && q.pending.empty() && !q.busy) {
     // Nothing queued: run on this thread. Taking execMu before releasing issueMu keeps
     // anything issued after this call from running before it.
@@ -121,7 +119,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   if (stats->algorithm.empty()) stats->algorithm = plan.schedule.algorithm;
   fillContext(call, plan, deadline, timeoutMs);
   const Running what = runningOf(call, plan, timeoutMs);
-  if (!plan.ctx.p2p) enterCall(call.seq, what);
+  enterCall(call.seq, what);
   const CommStats before = boot.transport->stats();
   try {
     runSchedule(call, plan, timeoutMs);
@@ -129,7 +127,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
     if (e.kind() == ErrorKind::InvalidArgument) throw;
     failCall(e, call, what);
   }
-  if (!plan.ctx.p2p) completeCall(call.seq);
+  completeCall(call.seq);
   countTraffic(before, stats);
   stats->seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
 }
@@ -226,12 +224,6 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan) 
       ctx.outputOrigin = r * c;
       if (isRoot) localCopy(out, in + r * block, block);
       break;
-    case CallKind::Send:
-      schedule = algo::sendTo(call.root, c, segElems);
-      break;
-    case CallKind::Recv:
-      schedule = algo::recvFrom(call.root, c, segElems);
-      break;
   }
   // One rank holding the whole result applies avg itself.
   if (reduces(call.kind) && size == 1 && call.op == ReduceOp::Avg && c > 0)
@@ -252,24 +244,19 @@ void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, D
   ctx.worldSize = boot.size;
   ctx.rank = boot.rank;
   ctx.seq = static_cast<uint32_t>(call.seq);
-  // Point-to-point messages carry a signature both ends compute alike.
-  ctx.fingerprint =
-      isP2P(call.kind)
-          ? wire::fingerprint("p2p", 0, static_cast<uint8_t>(call.dtype), 0, call.count, -1)
-          : wire::fingerprint(name, static_cast<uint8_t>(call.algorithm),
-                              static_cast<uint8_t>(call.dtype), static_cast<uint8_t>(call.op),
-                              call.count, call.root);
+  ctx.fingerprint = wire::fingerprint(name, static_cast<uint8_t>(call.algorithm),
+                                      static_cast<uint8_t>(call.dtype),
+                                      static_cast<uint8_t>(call.op), call.count, call.root);
   ctx.collective = name;
   ctx.seqFull = call.seq;
   ctx.deadline = deadline;
   ctx.timeoutMs = timeoutMs;
   ctx.spinMicros = boot.spinMicros;
-  ctx.p2p = isP2P(call.kind);
   ctx.wakeFd = failure.wakeFd;
   ctx.abortFlag = &failure.abortFlag;
   ctx.watchPeers = boot.transport->connectedPeers();
   const auto& fault = failure.fault;
-  if (fault && !ctx.p2p && (fault->seq < 0 || fault->seq == call.seq)) ctx.fault = &*fault;
+  if (fault && (fault->seq < 0 || fault->seq == call.seq)) ctx.fault = &*fault;
 }
 
 Running Communicator::Impl::runningOf(const PreparedCall& call, const CallPlan& plan,

@@ -34,10 +34,6 @@ void Communicator::Impl::validate(PreparedCall& call) const {
   if (rooted(call.kind) && (call.root < 0 || call.root >= boot.size)) {
     bad("root " + std::to_string(call.root) + " not in [0, " + std::to_string(boot.size) + ")");
   }
-  if (isP2P(call.kind) && (call.root < 0 || call.root >= boot.size || call.root == boot.rank)) {
-    bad("peer " + std::to_string(call.root) + " must be another rank in [0, " +
-        std::to_string(boot.size) + ")");
-  }
   checkBuffers(call);
   settleAlgorithm(call);
 }
@@ -77,12 +73,6 @@ void Communicator::Impl::checkBuffers(const PreparedCall& call) const {
       break;
     case CallKind::Scatter:
       inBytes = isRoot ? block * n : 0;
-      break;
-    case CallKind::Send:
-      outBytes = 0;
-      break;
-    case CallKind::Recv:
-      inBytes = 0;
       break;
   }
   if ((inBytes > 0 && call.in == nullptr) || (outBytes > 0 && call.out == nullptr)) {

@@ -166,7 +166,6 @@ class Run {
         if (faultStep_ >= 0) maybeFault(op);
         wire::MessageHeader h;
         h.kind = wire::MsgKind::Data;
-        h.flags = ctx_.p2p ? wire::kFlagP2P : 0;
         h.seq = ctx_.seq;
         h.fingerprint = ctx_.fingerprint;
         h.step = op.step;
@@ -363,13 +362,13 @@ class Run {
       // read the abort: a rank that was merely slow then reaches the collective where
       // the failure happened and reports what it runs there, which a mismatch verdict
       // (the majority at that collective) needs.
-      if (ahead > 0 && !owesSends && !ctx_.p2p) {
+      if (ahead > 0 && !owesSends) {
         cs.parked = true;
         return;
       }
       failAbortMessage(cs, op, h);
     }
-    if ((h.flags & wire::kFlagP2P) || ctx_.p2p || ahead > 0) {
+    if (ahead > 0) {
       cs.parked = true;  // a later call's message
       return;
     }

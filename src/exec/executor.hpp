@@ -68,9 +68,6 @@ struct ExecContext {
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = -1;
   int spinMicros = 0;
-  // Point-to-point messages are flagged so that a link watcher never mistakes them
-  // for a collective's.
-  bool p2p = false;
   // Another thread aborted the communicator: it sets *abortFlag and makes wakeFd
   // readable, which interrupts the wait.
   int wakeFd = -1;

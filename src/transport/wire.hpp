@@ -62,9 +62,6 @@ enum class MsgKind : uint8_t {
   Credit = 7,  // p2p: eager-pool bytes the receiver has freed
   Cancel = 8,  // p2p: the sender gave up on a request to send (deadline)
 };
-// Until the p2p engine replaces them: send/recv run as schedules on the collectives'
-// connection, flagged so that a channel watcher never mistakes them for a collective's.
-constexpr uint8_t kFlagP2P = 1;
 // Whether `length` payload bytes follow a header of this kind (Rts announces a size
 // without sending it).
 constexpr bool carriesPayload(MsgKind k) {
