@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
-#include <vector>
 
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
@@ -21,13 +21,14 @@ namespace {
 
 // One direction: a ring buffer written by one end and read by the other.
 struct Queue {
-  std::vector<uint8_t> buf;
+  std::unique_ptr<uint8_t[]> buf;  // uninitialised: a large capacity costs only what is used
+  size_t cap = 0;
   size_t head = 0;  // the oldest byte
   size_t size = 0;
   bool writerDone = false;  // the writer shut down or is gone: end of file after the data
   bool readerGone = false;  // the reader is gone: writes fail
 
-  size_t capacity() const { return buf.size(); }
+  size_t capacity() const { return cap; }
   // Copies the first n queued bytes into the iovecs (without consuming them).
   size_t copyOut(const iovec* iov, int iovcnt, size_t n) const {
     size_t done = 0;
@@ -37,7 +38,7 @@ struct Queue {
       for (size_t k = 0; k < want;) {
         const size_t pos = (head + done) % capacity();
         const size_t run = std::min(want - k, capacity() - pos);
-        std::memcpy(dst + k, buf.data() + pos, run);
+        std::memcpy(dst + k, buf.get() + pos, run);
         k += run;
         done += run;
       }
@@ -56,7 +57,7 @@ struct Queue {
       for (size_t k = 0; k < want;) {
         const size_t pos = (head + size) % capacity();
         const size_t run = std::min(want - k, capacity() - pos);
-        std::memcpy(buf.data() + pos, src + k, run);
+        std::memcpy(buf.get() + pos, src + k, run);
         k += run;
         size += run;
         done += run;
@@ -197,7 +198,8 @@ class MemLink final : public Link {
 MemLinkPair makeMemLinkPair(int rankA, int rankB, Lane lane, size_t capacity, uint64_t seed) {
   auto shared = std::make_shared<Shared>();
   for (int i = 0; i < 2; ++i) {
-    shared->queue[i].buf.assign(std::max<size_t>(capacity, 1), 0);
+    shared->queue[i].cap = std::max<size_t>(capacity, 1);
+    shared->queue[i].buf.reset(new uint8_t[shared->queue[i].cap]);
     net::Fd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!fd.valid()) throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno));
     shared->wake[i] = std::move(fd);
