@@ -176,8 +176,7 @@ void Communicator::Impl::readSettings(std::shared_ptr<Store> userStore, int rank
 
 void Communicator::Impl::joinJob() {
   Boot& b = boot;
-  const bootstrap::JobRecord job = bootstrap::joinJob(
-      *b.store, b.rank, b.model, b.timeout.count() > 0 ? b.timeout : Store::kDefaultTimeout);
+  const bootstrap::JobRecord job = bootstrap::joinJob(*b.store, b.rank, b.model, b.timeout);
   b.jobId = job.jobId;
   b.model = job.model;
 }
@@ -195,9 +194,8 @@ void Communicator::Impl::openTransport() {
   // refused when the job may span hosts (src/net/iface.hpp, docs/network.md).
   std::string route;
   if (auto* tcp = dynamic_cast<TcpStore*>(b.userStore.get())) route = tcp->localAddress();
-  tc.listenAddress =
-      bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store, b.rank, b.size,
-                                     b.timeout.count() > 0 ? b.timeout : Store::kDefaultTimeout);
+  tc.listenAddress = bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store,
+                                                    b.rank, b.size, b.timeout);
   b.transport = std::make_unique<Transport>(tc, b.store);
   b.topology =
       std::make_unique<Topology>(b.store, b.rank, b.size, b.transport->listenAddress(), b.timeout);

@@ -29,7 +29,6 @@ void Communicator::Impl::startFailureWatch() {
 void Communicator::Impl::startHeartbeat() {
   Failure& f = failure;
   int64_t period = std::clamp<int64_t>(boot.timeout.count() / 10, 50, 1000);
-  if (boot.timeout.count() <= 0) period = 1000;
   if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
   f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
   if (f.hbPeriod.count() == 0) return;

@@ -93,9 +93,10 @@ void Communicator::Impl::progressLoop() {
 
 Deadline Communicator::Impl::deadlineFor(const std::optional<std::chrono::milliseconds>& perCall,
                                          int64_t* ms) const {
-  auto t = perCall.value_or(boot.timeout);
-  *ms = t.count() <= 0 ? -1 : t.count();
-  return t.count() <= 0 ? Deadline::never() : Deadline::after(t);
+  // Both are in [1 ms, config::kMaxTimeoutMs] (checked when given): always finite.
+  const auto t = perCall.value_or(boot.timeout);
+  *ms = t.count();
+  return Deadline::after(t);
 }
 
 std::optional<Algorithm> Communicator::Impl::forcedAllreduce(std::string* why) const {
