@@ -30,7 +30,9 @@ namespace tccl {
 
 struct CommOptions {
   // Default deadline for every blocking operation of every call (connect, handshake,
-  // store, send, receive). Overridden by TCCL_TIMEOUT_MS, and per call.
+  // store, send, receive). Overridden by TCCL_TIMEOUT_MS, and per call. In [1 ms,
+  // 2^40 ms]: 0 or less (or a per-call or shrink timeout of 0 or less) is an
+  // InvalidArgumentError; there is no "wait forever".
   std::chrono::milliseconds timeout{300000};
   // Store namespace of this communicator, so several can share one store.
   std::string name = "default";

@@ -304,11 +304,12 @@ class TcclWork final : public c10d::Work {
 
 class ProcessGroupTccl final : public c10d::ProcessGroup {
  public:
-  ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Millis timeout,
-                   const std::string& listenAddress)
+  // timeout: torch's (none: the communicator's default); 0 or less is an InvalidArgument.
+  ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::optional<Millis> timeout, const std::string& listenAddress)
       : c10d::ProcessGroup(rank, size) {
     tccl::CommOptions o;
-    o.timeout = timeout;
+    if (timeout) o.timeout = *timeout;
     o.listenAddress = listenAddress;
     comm_ =
         std::make_unique<tccl::Communicator>(std::make_shared<TorchStore>(store), rank, size, o);
@@ -592,10 +593,12 @@ PYBIND11_MODULE(_tccl_torch, m) {
   // communicator over torch's store, which waits for every rank, so without the GIL.
   m.def(
       "create_process_group",
-      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeoutMs,
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::optional<int64_t> timeoutMs,
          const std::string& listenAddress) -> c10::intrusive_ptr<c10d::ProcessGroup> {
-        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, Millis(timeoutMs),
-                                                     listenAddress);
+        std::optional<Millis> timeout;
+        if (timeoutMs) timeout = Millis(*timeoutMs);
+        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, timeout, listenAddress);
       },
       py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
       py::arg("listen_address") = "", py::call_guard<py::gil_scoped_release>());

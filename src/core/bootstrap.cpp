@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
 #include <random>
-#include <sstream>
 
 #include "base/config.hpp"
 #include "base/log.hpp"
@@ -104,33 +104,21 @@ int onlineCores() {
 }
 
 std::string encodeJobRecord(const JobRecord& r) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%llu %.17g %.17g %.17g %.17g %.17g %.17g %d",
-                static_cast<unsigned long long>(r.jobId), r.model.alphaSec, r.model.betaSecPerByte,
-                r.model.hdBandwidthPenalty, r.model.interAlphaSec, r.model.interBetaSecPerByte,
-                r.model.gammaSecPerByte, r.model.cores);
-  return buf;
+  return std::to_string(r.jobId) + " " + algo::encodeLinkModel(r.model);
 }
-
-namespace {
-
-// Overwrites the fields the record holds (the others keep r's values).
-bool parseJobRecord(const std::string& s, JobRecord* r) {
-  std::istringstream is(s);
-  unsigned long long id = 0;
-  is >> id >> r->model.alphaSec >> r->model.betaSecPerByte >> r->model.hdBandwidthPenalty >>
-      r->model.interAlphaSec >> r->model.interBetaSecPerByte >> r->model.gammaSecPerByte >>
-      r->model.cores;
-  if (!is) return false;
-  r->jobId = id;
-  return true;
-}
-
-}  // namespace
 
 std::optional<JobRecord> decodeJobRecord(const std::string& s) {
+  const size_t sp = s.find(' ');
+  if (sp == std::string::npos || sp == 0) return std::nullopt;
   JobRecord r;
-  if (!parseJobRecord(s, &r)) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long id = std::strtoull(s.c_str(), &end, 10);
+  if (end != s.c_str() + sp || errno == ERANGE || s[0] == '-') return std::nullopt;
+  r.jobId = id;
+  auto model = algo::decodeLinkModel(s.substr(sp + 1));
+  if (!model) return std::nullopt;
+  r.model = *model;
   return r;
 }
 
@@ -149,11 +137,10 @@ JobRecord joinJob(Store& store, int rank, const algo::LinkModel& model,
     return r;
   }
   store.wait({kJobRecordKey}, timeout);
-  JobRecord r;
-  r.model = model;
-  if (!parseJobRecord(store.getString(kJobRecordKey), &r))
-    throwError(ErrorKind::Store, "malformed job record in the store", rank);
-  return r;
+  // Every field of the model is rank 0's: ranks whose tune files differ still choose alike.
+  auto r = decodeJobRecord(store.getString(kJobRecordKey));
+  if (!r) throwError(ErrorKind::Store, "malformed job record in the store", rank);
+  return *r;
 }
 
 }  // namespace tccl::bootstrap
@@ -189,8 +176,7 @@ void Communicator::Impl::readSettings(std::shared_ptr<Store> userStore, int rank
 
 void Communicator::Impl::joinJob() {
   Boot& b = boot;
-  const bootstrap::JobRecord job = bootstrap::joinJob(
-      *b.store, b.rank, b.model, b.timeout.count() > 0 ? b.timeout : Store::kDefaultTimeout);
+  const bootstrap::JobRecord job = bootstrap::joinJob(*b.store, b.rank, b.model, b.timeout);
   b.jobId = job.jobId;
   b.model = job.model;
 }
@@ -208,9 +194,8 @@ void Communicator::Impl::openTransport() {
   // refused when the job may span hosts (src/net/iface.hpp, docs/network.md).
   std::string route;
   if (auto* tcp = dynamic_cast<TcpStore*>(b.userStore.get())) route = tcp->localAddress();
-  tc.listenAddress =
-      bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store, b.rank, b.size,
-                                     b.timeout.count() > 0 ? b.timeout : Store::kDefaultTimeout);
+  tc.listenAddress = bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store,
+                                                    b.rank, b.size, b.timeout);
   b.transport = std::make_unique<Transport>(tc, b.store);
   b.topology =
       std::make_unique<Topology>(b.store, b.rank, b.size, b.transport->listenAddress(), b.timeout);

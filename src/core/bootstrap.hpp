@@ -32,7 +32,8 @@ std::string decideListenAddress(const std::string& explicitAddress, const std::s
                                 Store& store, int rank, int worldSize,
                                 std::chrono::milliseconds timeout);
 
-// What rank 0 publishes for every rank to read.
+// What rank 0 publishes for every rank to read: "<job id> <algo::encodeLinkModel>", every
+// field of the model (so that ranks with different tune files still choose alike).
 struct JobRecord {
   uint64_t jobId = 0;
   algo::LinkModel model;

@@ -61,11 +61,15 @@ struct Communicator::Impl {
     // long store wait on the caller's thread never holds up a heartbeat.
     std::shared_ptr<Store> hbStore;
     std::thread heartbeat;
-    // hbMu guards hbStop, running, recent, enteredSeq and completedSeq; a leaf lock.
+    // hbMu guards hbStop, running, planPeriod, recent, enteredSeq and completedSeq; a
+    // leaf lock.
     std::mutex hbMu;
     std::condition_variable hbCv;
     bool hbStop = false;
     Running running;
+    // The period while a collective is planned (its hosts read) before it is entered:
+    // the others judge this rank by the call's period from its start.
+    std::chrono::milliseconds planPeriod{0};
     // The last few collectives this rank ran: published when it fails, so a decider
     // comparing signatures of collective #k finds this rank's even if it has moved on.
     static constexpr size_t kRecent = 4;
@@ -152,9 +156,10 @@ struct Communicator::Impl {
   // Runs one call on the calling thread. execMu is held.
   void execute(PreparedCall& call, CallStats* stats);
   // execute's steps, in order.
-  void chooseAuto(PreparedCall& call);
+  void chooseAuto(PreparedCall& call, Deadline deadline, int64_t timeoutMs);
   void beginStats(const PreparedCall& call, CallStats* stats) const;
-  void planSchedule(const PreparedCall& call, CallPlan& plan);
+  void planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline, int64_t timeoutMs);
+  const Topology& readHosts(const PreparedCall& call, Deadline deadline, int64_t timeoutMs);
   void fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
                    int64_t timeoutMs) const;
   Running runningOf(const PreparedCall& call, const CallPlan& plan, int64_t timeoutMs) const;
@@ -162,6 +167,7 @@ struct Communicator::Impl {
   void countTraffic(const CommStats& before, CallStats* stats) const;
   // Auto's all-reduce choice (TCCL_ALGO, else the cost model over this job's hosts).
   Algorithm chooseAllreduce(size_t bytes, std::string* why) const;
+  std::optional<Algorithm> forcedAllreduce(std::string* why) const;
   Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms) const;
 
   // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp) ---------------------------
@@ -176,7 +182,8 @@ struct Communicator::Impl {
   failure::Heartbeat ownHeartbeat(int64_t beat);
   // Every other rank's heartbeat record now (absent: none published).
   std::map<int, failure::Heartbeat> readHeartbeats(Store& from);
-  // Records that this rank entered / completed collective call.seq (heartbeats).
+  // Records that this rank plans / entered / completed collective call.seq (heartbeats).
+  void planCall(const Running& what);
   void enterCall(int64_t seq, const Running& what);
   void completeCall(int64_t seq);
 

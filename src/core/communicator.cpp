@@ -17,6 +17,15 @@ namespace tccl {
 
 // ---- construction ------------------------------------------------------------------------
 
+namespace {
+
+void checkOptions(const CommOptions& options, int rank) {
+  config::checkTimeout("CommOptions::timeout of " + std::to_string(options.timeout.count()) + " ms",
+                       options.timeout.count(), rank);
+}
+
+}  // namespace
+
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, CommOptions options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -30,6 +39,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
         "Communicator: rank " + std::to_string(rank) + " not in [0, " + std::to_string(size) + ")",
         rank);
   }
+  checkOptions(options, rank);
   log::setRank(rank);
   // The steps (bootstrap.cpp, heartbeat.cpp): settings from the options and the
   // environment; the job record (rank 0 writes, the rest read); the listener and the
@@ -50,10 +60,10 @@ Communicator Communicator::fromEnv(CommOptions options) {
   // mpirun, srun); the precedence is in src/core/launch_env.hpp and docs/launch.md.
   const launch::LaunchEnv env = launch::resolveLaunchEnv();
   TCCL_INFO("fromEnv: " << env.describe());
+  checkOptions(options, env.rank);  // before any store is hosted or dialled
   auto timeout = config::timeoutMs();
-  std::chrono::milliseconds connectTimeout = timeout && *timeout > 0
-                                                 ? std::chrono::milliseconds(*timeout)
-                                                 : std::chrono::milliseconds(60000);
+  const std::chrono::milliseconds connectTimeout =
+      timeout ? std::chrono::milliseconds(*timeout) : std::chrono::milliseconds(60000);
   std::unique_ptr<TcpStoreServer> server;
   if (env.hostsStore) server = std::make_unique<TcpStoreServer>(env.storeHost, env.storePort);
   auto store = std::make_shared<TcpStore>(env.storeHost, env.storePort, connectTimeout);
@@ -282,8 +292,11 @@ const std::vector<int>& Communicator::originalRanks() const { return impl_->boot
 
 Communicator Communicator::shrink(std::optional<std::chrono::milliseconds> timeout) {
   Impl& m = *impl_;
-  const auto wait =
-      timeout.value_or(m.boot.timeout.count() > 0 ? m.boot.timeout : std::chrono::seconds(60));
+  if (timeout) {
+    config::checkTimeout("shrink: a timeout of " + std::to_string(timeout->count()) + " ms",
+                         timeout->count(), m.boot.rank);
+  }
+  const auto wait = timeout.value_or(m.boot.timeout);
   const std::vector<int> members = m.agreeOnSurvivors(wait);
   auto me = std::find(members.begin(), members.end(), m.boot.rank);
   if (me == members.end()) {

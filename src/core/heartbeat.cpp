@@ -30,7 +30,6 @@ void Communicator::Impl::startFailureWatch() {
 void Communicator::Impl::startHeartbeat() {
   Failure& f = failure;
   int64_t period = std::clamp<int64_t>(boot.timeout.count() / 10, 50, 1000);
-  if (boot.timeout.count() <= 0) period = 1000;
   if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
   f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
   if (f.hbPeriod.count() == 0) return;
@@ -117,12 +116,27 @@ std::string Communicator::Impl::describePeerHealth(int peer) {
          std::to_string(second->beat) + ", " + where + ")";
 }
 
+// From the start of a collective, before it is entered: reading the hosts may take up to
+// the call's timeout, and a rank that then judges a timeout reads the heartbeats a few of
+// the call's periods apart. (Left set when the call fails there, as running.period is.)
+void Communicator::Impl::planCall(const Running& what) {
+  Failure& f = failure;
+  bool faster = false;
+  {
+    std::lock_guard<std::mutex> lk(f.hbMu);
+    faster = what.period.count() > 0 && what.period < f.hbPeriod;
+    f.planPeriod = what.period;
+  }
+  if (faster) f.hbCv.notify_all();
+}
+
 void Communicator::Impl::enterCall(int64_t seq, const Running& what) {
   Failure& f = failure;
   bool faster = false;
   {
     std::lock_guard<std::mutex> lk(f.hbMu);
     faster = what.period.count() > 0 && what.period < f.hbPeriod;
+    f.planPeriod = std::chrono::milliseconds(0);  // running.period takes over
     f.running = what;
     f.enteredSeq = seq;
     f.recent[static_cast<size_t>(seq) % Failure::kRecent] = {seq, what};
@@ -143,11 +157,14 @@ void Communicator::Impl::heartbeatLoop() {
   std::unique_lock<std::mutex> lk(f.hbMu);
   for (;;) {
     const bool inCall = f.enteredSeq > f.completedSeq && f.running.period.count() > 0;
-    const auto period = inCall ? std::min(f.hbPeriod, f.running.period) : f.hbPeriod;
+    auto period = inCall ? std::min(f.hbPeriod, f.running.period) : f.hbPeriod;
+    if (f.planPeriod.count() > 0) period = std::min(period, f.planPeriod);
     const int64_t seen = f.enteredSeq;
-    // Wake early when a call with a shorter period starts.
+    const auto seenPlan = f.planPeriod;
+    // Wake early when a call with a shorter period starts (or is planned).
     if (f.hbCv.wait_for(lk, period, [&] {
-          return f.hbStop || (f.enteredSeq != seen && f.running.period < period);
+          return f.hbStop || (f.enteredSeq != seen && f.running.period < period) ||
+                 (f.planPeriod != seenPlan && f.planPeriod.count() > 0 && f.planPeriod < period);
         }))
       if (f.hbStop) break;
     const int64_t entered = f.enteredSeq;

@@ -91,37 +91,64 @@ void Communicator::Impl::progressLoop() {
 
 Deadline Communicator::Impl::deadlineFor(const std::optional<std::chrono::milliseconds>& perCall,
                                          int64_t* ms) const {
-  auto t = perCall.value_or(boot.timeout);
-  *ms = t.count() <= 0 ? -1 : t.count();
-  return t.count() <= 0 ? Deadline::never() : Deadline::after(t);
+  // Both are in [1 ms, config::kMaxTimeoutMs] (checked when given): always finite.
+  const auto t = perCall.value_or(boot.timeout);
+  *ms = t.count();
+  return Deadline::after(t);
+}
+
+std::optional<Algorithm> Communicator::Impl::forcedAllreduce(std::string* why) const {
+  if (!boot.envAlgorithm || *boot.envAlgorithm == Algorithm::Auto) return std::nullopt;
+  if (why) *why = "TCCL_ALGO";
+  return *boot.envAlgorithm;
 }
 
 Algorithm Communicator::Impl::chooseAllreduce(size_t bytes, std::string* why) const {
-  if (boot.envAlgorithm && *boot.envAlgorithm != Algorithm::Auto) {
-    if (why) *why = "TCCL_ALGO";
-    return *boot.envAlgorithm;
-  }
+  if (auto forced = forcedAllreduce(why)) return *forced;
   // More than one rank: the hosts matter (read from the store on first use, which
   // waits until every rank has published its host).
   return algo::chooseAllreduce(boot.size, bytes, boot.model, why,
                                boot.size > 1 ? &boot.topology->costs() : nullptr);
 }
 
+// The job's hosts, read from the store on first use (auto's cost model and hier's layout
+// need them) within the call's deadline. A rank that never published its host fails the
+// call like any other failure: a Timeout naming it, in phase "hosts" (failCall).
+const Topology& Communicator::Impl::readHosts(const PreparedCall& call, Deadline deadline,
+                                              int64_t timeoutMs) {
+  try {
+    boot.topology->layout(deadline);
+  } catch (const Error& e) {
+    ErrorInfo info = e.info();
+    info.collective = kindName(call.kind);
+    info.seq = call.seq;
+    info.phase = "hosts";
+    info.timeoutMs = timeoutMs;
+    throwError(std::move(info));
+  }
+  return *boot.topology;
+}
+
 void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   checkUsable();  // an earlier queued call may have failed
-  if (call.kind == CallKind::AllReduce && call.algorithm == Algorithm::Auto) chooseAuto(call);
   int64_t timeoutMs = -1;
   const Deadline deadline = deadlineFor(call.timeout, &timeoutMs);
   const auto start = Deadline::Clock::now();
-  beginStats(call, stats);
   CallPlan plan;
-  planSchedule(call, plan);
-  if (stats->algorithm.empty()) stats->algorithm = plan.schedule.algorithm;
-  fillContext(call, plan, deadline, timeoutMs);
-  const Running what = runningOf(call, plan, timeoutMs);
-  enterCall(call.seq, what);
+  // The call as issued, until its plan says more: what failCall reports if the plan
+  // itself fails (reading the hosts).
+  Running what = runningOf(call, plan, timeoutMs);
+  planCall(what);
   const CommStats before = boot.transport->stats();
   try {
+    if (call.kind == CallKind::AllReduce && call.algorithm == Algorithm::Auto)
+      chooseAuto(call, deadline, timeoutMs);
+    beginStats(call, stats);
+    planSchedule(call, plan, deadline, timeoutMs);
+    if (stats->algorithm.empty()) stats->algorithm = plan.schedule.algorithm;
+    fillContext(call, plan, deadline, timeoutMs);
+    what = runningOf(call, plan, timeoutMs);
+    enterCall(call.seq, what);
     runSchedule(call, plan, timeoutMs);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::InvalidArgument) throw;
@@ -133,13 +160,20 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
 }
 
 // Auto all-reduce, decided when the call runs (validate.cpp says why), remembered per size.
-void Communicator::Impl::chooseAuto(PreparedCall& call) {
+void Communicator::Impl::chooseAuto(PreparedCall& call, Deadline deadline, int64_t timeoutMs) {
   const size_t bytes = call.count * dataTypeSize(call.dtype);
   const bool explain = log::enabled(log::Level::Info);
+  std::string* why = explain ? &call.why : nullptr;
   if (!explain && bytes == exec.autoMemoBytes) {
     call.algorithm = exec.autoMemoAlgo;
   } else {
-    call.algorithm = chooseAllreduce(bytes, explain ? &call.why : nullptr);
+    if (auto forced = forcedAllreduce(why)) {
+      call.algorithm = *forced;
+    } else {
+      const algo::HostCosts* hosts =
+          boot.size > 1 ? &readHosts(call, deadline, timeoutMs).costs() : nullptr;
+      call.algorithm = algo::chooseAllreduce(boot.size, bytes, boot.model, why, hosts);
+    }
     exec.autoMemoBytes = bytes;
     exec.autoMemoAlgo = call.algorithm;
   }
@@ -161,7 +195,8 @@ void Communicator::Impl::beginStats(const PreparedCall& call, CallStats* stats) 
 
 // The schedule, the buffers' origins, and the local parts of the result that never cross
 // the wire (copied unless in place).
-void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan) {
+void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline,
+                                      int64_t timeoutMs) {
   const int rank = boot.rank, size = boot.size;
   const size_t elem = dataTypeSize(call.dtype);
   const size_t c = call.count;
@@ -178,9 +213,11 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan) 
   };
   switch (call.kind) {
     case CallKind::AllReduce:
-      schedule = algo::allreduceSchedule(
-          call.algorithm, rank, size, c, segElems,
-          call.algorithm == Algorithm::Hierarchical ? &boot.topology->layout() : nullptr);
+      schedule =
+          algo::allreduceSchedule(call.algorithm, rank, size, c, segElems,
+                                  call.algorithm == Algorithm::Hierarchical
+                                      ? &readHosts(call, deadline, timeoutMs).layout(deadline)
+                                      : nullptr);
       // Naive reads its input while it writes its output; in place, it works from a copy.
       if (algo::allreduceReadsInputLate(call.algorithm) && in == out && c > 0 && size > 1) {
         plan.inputCopy.assign(in, in + block);

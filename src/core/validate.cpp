@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "algorithms/allreduce.hpp"
+#include "base/config.hpp"
 #include "base/log.hpp"
 #include "core/comm_impl.hpp"
 
@@ -27,6 +28,12 @@ void Communicator::Impl::validate(PreparedCall& call) const {
   auto bad = [&](const std::string& why) { invalid(std::string(name) + ": " + why); };
   if (!isValid(call.dtype)) bad("unknown dtype " + std::to_string(static_cast<int>(call.dtype)));
   if (!isValid(call.op)) bad("unknown reduce op " + std::to_string(static_cast<int>(call.op)));
+  if (call.timeout) {
+    config::checkTimeout(std::string(name) +
+                             ": a per-call timeout (CollectiveOptions::timeout) of " +
+                             std::to_string(call.timeout->count()) + " ms",
+                         call.timeout->count(), boot.rank);
+  }
   const size_t elem = dataTypeSize(call.dtype);
   const size_t n = static_cast<size_t>(boot.size);
   if (call.count > (size_t{1} << 62) / elem / n)
