@@ -198,8 +198,8 @@ class Transport : public LinkProvider {
   net::Fd serviceWake_;
   net::Fd linkEvent_;
   std::atomic<bool> stopping_{false};
-  std::set<int> dialling_;                 // p2p dials before their pending entry exists
-  std::map<int, ErrorInfo> dialErrors_;    // p2p dials that failed, for tryLink
+  std::set<int> dialling_;               // p2p dials before their pending entry exists
+  std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink
   std::vector<std::thread> dialers_;
 };
 
