@@ -15,18 +15,30 @@ import torch.distributed as dist
 import tccl.torch_backend  # noqa: F401  (registers "tccl")
 
 
+CHUNK = 1 << 22  # elements per step: int64 temporaries of 32 MiB, whatever the size
+
+
 def pattern(src, dst, tag, n):
-    i = torch.arange(n, dtype=torch.int64)
-    v = (i * 131) ^ (src * 17) ^ (dst * 5) ^ (tag * 3) ^ (i >> 9)
-    return (v & 0xFF).to(torch.uint8)
+    out = torch.empty(n, dtype=torch.uint8)
+    for lo in range(0, n, CHUNK):
+        i = torch.arange(lo, min(n, lo + CHUNK), dtype=torch.int64)
+        v = (i * 131) ^ (src * 17) ^ (dst * 5) ^ (tag * 3) ^ (i >> 9)
+        out[lo:lo + i.numel()] = (v & 0xFF).to(torch.uint8)
+    return out
 
 
 def expect(got, src, dst, tag, what):
-    want = pattern(src, dst, tag, got.numel())
-    if not torch.equal(got, want):
-        bad = (got != want).nonzero()[0].item()
-        raise AssertionError(f"rank {dist.get_rank()} {what}: first wrong byte at {bad} of "
-                             f"{got.numel()}: got {got[bad].item()}, want {want[bad].item()}")
+    n = got.numel()
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        i = torch.arange(lo, hi, dtype=torch.int64)
+        want = ((i * 131) ^ (src * 17) ^ (dst * 5) ^ (tag * 3) ^ (i >> 9)) & 0xFF
+        part = got[lo:hi].to(torch.int64)
+        if not torch.equal(part, want):
+            bad = (part != want).nonzero()[0].item()
+            raise AssertionError(f"rank {dist.get_rank()} {what}: first wrong byte at "
+                                 f"{lo + bad} of {n}: got {part[bad].item()}, "
+                                 f"want {want[bad].item()}")
 
 
 def main():
