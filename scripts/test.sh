@@ -37,10 +37,11 @@ if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug "-DTCCL_SANITIZE=address,undefined" -- -LE package \
     -E '^(netns\.ratelimit|P2PProc\.OneGibibyteExchange)$'
   # ThreadSanitizer: the tests that run threads (stores, communicators as threads,
-  # async collectives, the bucketer, the authenticated handshakes between threads); the
-  # single-threaded pure-logic tests gain nothing from it and run 10x slower under it.
+  # async collectives, the bucketer, the authenticated handshakes between threads, links
+  # and the executor's ranks as threads, the transport's two lanes); the single-threaded
+  # pure-logic tests gain nothing from it and run 10x slower under it.
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DTCCL_SANITIZE=thread -- -L unit \
-    -R '^(Store|TcpStore|FileStore|PrefixStore|Communicator|Async|Bucketer|Half.TypedAllreduce|AuthTransport|AuthStore\.|HierarchicalCommunicator|Topology|P2P|Grid/PairwiseExchange|Transport|Link|Executor)'
+    -R '^(Store|TcpStore|FileStore|PrefixStore|Communicator|Async|Bucketer|Half.TypedAllreduce|AuthTransport|AuthStore\.|HierarchicalCommunicator|Topology|LinkFrames|LinkPeek|MemLink|TcpLink|WaitLinks|Executor|TransportLanes|TransportAddress|P2P|Grid/PairwiseExchange)'
   # libFuzzer (clang, ASan + UBSan) on every decoder of network bytes, FUZZ_SECONDS each.
   bash scripts/fuzz.sh
 fi
