@@ -202,6 +202,10 @@ void Communicator::Impl::publishHeartbeat(int64_t beat) {
 void Communicator::Impl::compareWhileStuck(int64_t beat, int64_t entered) {
   Store& via = *failure.hbStore;
   const failure::Heartbeat self = ownHeartbeat(beat);
+  // This rank may have finished #entered and entered the next since the loop looked: its
+  // fingerprint is then the next one's, and compared with the others' of #entered it would
+  // make this rank the odd one out. It is not stuck in #entered any more.
+  if (self.entered != entered) return;
   std::map<int, uint32_t> fps{{boot.rank, self.fingerprint}};
   auto others = readHeartbeats(via);
   for (const auto& [r, h] : others) {
