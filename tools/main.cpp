@@ -1,6 +1,9 @@
 // tccl: the command-line tool. One file per subcommand.
 #include <cstring>
 #include <iostream>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "cli.hpp"
 #include "subcommands.hpp"
@@ -39,6 +42,21 @@ const char* kUsage =
     "          --iters K (10, shrink) --json   (exit 0: detection right; docs/faults.md)\n"
     "  version print the version\n";
 
+// "demo" for "_demo-worker": the name the user typed, for a worker's message.
+std::string shownName(const std::string& cmd) {
+  std::string s = cmd;
+  if (!s.empty() && s.front() == '_') s.erase(0, 1);
+  if (const auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash) + " worker";
+  return s;
+}
+
+// One line on stderr, whatever the message holds.
+void report(const std::string& cmd, const std::string& message) {
+  std::string line = "tccl " + shownName(cmd) + ": ";
+  for (char ch : message) line += (ch == '\n' || ch == '\r') ? ' ' : ch;
+  std::cerr << line << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,13 +83,33 @@ int main(int argc, char** argv) {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;
     }
-    std::cerr << "tccl: unknown command '" << cmd << "' (try tccl --help)\n";
+    std::cerr << "tccl: unknown command " << tccl::cli::quoted(cmd) << " (try tccl --help)\n";
     return 2;
   } catch (const tccl::cli::UsageError& e) {
-    std::cerr << "tccl " << cmd << ": " << e.message << "\n";
+    report(cmd, e.message);
     return 2;
   } catch (const tccl::Error& e) {
-    std::cerr << "tccl " << cmd << ": " << e.what() << "\n";
+    report(cmd, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The parent checks sizes against the machine's memory first (checkMemory); this is
+    // what is left: memory taken by others meanwhile, or a limit (ulimit -v) below it.
+    report(cmd, "out of memory (std::bad_alloc): use smaller sizes or fewer ranks");
+    return 2;
+  } catch (const std::length_error& e) {
+    report(cmd, std::string("a size too large for this machine (") + e.what() + ")");
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    report(cmd, std::string("not a number where one was expected (") + e.what() + ")");
+    return 2;
+  } catch (const std::out_of_range& e) {
+    report(cmd, std::string("a number out of range (") + e.what() + ")");
+    return 2;
+  } catch (const std::exception& e) {
+    report(cmd, std::string("unexpected error: ") + e.what());
+    return 1;
+  } catch (...) {
+    report(cmd, "unexpected error");
     return 1;
   }
 }
