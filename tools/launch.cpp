@@ -710,6 +710,8 @@ const char* kLaunchUsage =
     "store on A:P. Each rank gets TCCL_RANK, TCCL_WORLD_SIZE, TCCL_LOCAL_RANK,\n"
     "TCCL_STORE and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.\n"
     "The first rank to fail stops the others; launch exits with its status.\n"
+    "Limits: N in [1, 4096] and within ulimit -u (tagged output: 2N + 32 within ulimit -n),\n"
+    "M in [1, 65536], P in [0, 65535], seconds at most 30 days; each option once.\n"
     "See docs/launch.md.\n";
 
 int launchMain(int argc, char** argv, int first) {

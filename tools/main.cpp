@@ -16,7 +16,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  demo    N worker processes run ring and naive all-reduce and report bytes vs the bound\n"
-    "          --world N (8) --size V elements (80000)\n"
+    "          --world N (8) --size V elements (80000, at most 2^40)\n"
     "          --dtype float64|float32|float16|bfloat16|int64|int32|int8|uint8\n"
     "          --op sum|prod|min|max|avg --iters K (5) --timeout-ms T (60000) --json\n"
     "  bench   nccl-tests-style sweep of any collective: time, algbw, busbw, #wrong, bytes/rank\n"
@@ -27,10 +27,10 @@ const char* kUsage =
     "          --csv --json --plot F.svg|F.png --crossover --scaling 2,4,8,16 --no-check\n"
     "  overlap a simulated training step: how much all-reduce time async and bucketed\n"
     "          communication hide behind the backward pass\n"
-    "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1)\n"
+    "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1, up to 1e6)\n"
     "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
     "  tune    measure the cost model's alpha (per message) and beta (bandwidth) between\n"
-    "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B\n"
+    "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B (<= 4G)\n"
     "  launch  start a job's local ranks, torchrun-style; node 0 hosts the store\n"
     "          --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
     "          [--no-tag-output] [--timeout S] [--grace S] [--rdzv-timeout S]\n"
@@ -40,7 +40,13 @@ const char* kUsage =
     "          --reorder R | --count-mismatch R | --shrink [--kill R] | --all [--rank R]\n"
     "          --world N (4) --algo ring|tree|hd|rd|naive --timeout-ms T (3000) --count N\n"
     "          --iters K (10, shrink) --json   (exit 0: detection right; docs/faults.md)\n"
-    "  version print the version\n";
+    "  version print the version\n"
+    "\n"
+    "limits: demo, bench, overlap and tune run every rank here: --world 1..256 (tune 2..256,\n"
+    "  faults 2..64); --iters up to 1000000; --timeout-ms up to a day (faults 6 h); lists up\n"
+    "  to 64 items; sizes take K, M, G and must fit in 64 bits; a run whose ranks would need\n"
+    "  more memory than this machine has available is refused, saying how much. Bad values,\n"
+    "  repeated options and empty values are one line on stderr and exit status 2.\n";
 
 // "demo" for "_demo-worker": the name the user typed, for a worker's message.
 std::string shownName(const std::string& cmd) {
