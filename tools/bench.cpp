@@ -95,7 +95,7 @@ BenchConfig parseBench(const Args& a) {
     const uint64_t hi = a.getSize("maxbytes", c.crossover ? (16u << 20) : (64u << 20));
     const auto f = static_cast<uint64_t>(a.getInt("stepfactor", 2, 2, int64_t{1} << 30));
     if (lo > hi) throw UsageError{"-b/--minbytes is larger than -e/--maxbytes"};
-    for (uint64_t s = std::max<uint64_t>(lo, 1);; s *= f) {
+    for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= f) {
       c.sizes.push_back(s);
       if (s > hi / f) break;  // the next one is past hi (and may not fit in 64 bits)
     }

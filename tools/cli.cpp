@@ -26,13 +26,12 @@ namespace tccl::cli {
 
 std::string quoted(const std::string& s) {
   constexpr size_t kMax = 64;
-  std::string out = "'";
-  size_t shown = 0;
+  return "'" + oneLine(s.substr(0, kMax)) + (s.size() > kMax ? "...'" : "'");
+}
+
+std::string oneLine(const std::string& s) {
+  std::string out;
   for (char ch : s) {
-    if (shown == kMax) {
-      out += "...";
-      break;
-    }
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) {
       char buf[8];
@@ -41,9 +40,8 @@ std::string quoted(const std::string& s) {
     } else {
       out += ch;
     }
-    ++shown;
   }
-  return out + "'";
+  return out;
 }
 
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
@@ -65,7 +63,8 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& val
       inlineValue = true;
     }
     const bool isFlag = has(flags, name);
-    if (!isFlag && !has(valueOptions, name)) throw UsageError{"unknown option --" + quoted(name)};
+    if (!isFlag && !has(valueOptions, name))
+      throw UsageError{"unknown option " + quoted("--" + name)};
     if (values_.count(name) != 0) throw UsageError{"--" + name + " is given twice"};
     if (isFlag) {
       if (inlineValue) throw UsageError{"--" + name + " takes no value"};

@@ -66,6 +66,8 @@ std::vector<std::string> splitList(const std::string& option, const std::string&
 // A user's text for an error message: in quotes, control characters escaped (so the
 // message stays one line), cut after 64 characters.
 std::string quoted(const std::string& s);
+// s with control characters escaped (\x0a for a newline): one line, whatever it holds.
+std::string oneLine(const std::string& s);
 std::string withCommas(uint64_t v);
 std::string formatBytes(double bytes);  // "64 MiB", "8 B", up to EiB
 

@@ -98,7 +98,7 @@ int exitCodeOf(int status) {
 }
 
 void say(const std::string& line) {
-  const std::string s = "tccl launch: " + line + "\n";
+  const std::string s = "tccl launch: " + oneLine(line) + "\n";
   ssize_t n = ::write(STDERR_FILENO, s.data(), s.size());
   (void)n;
 }

@@ -58,9 +58,8 @@ std::string shownName(const std::string& cmd) {
 
 // One line on stderr, whatever the message holds.
 void report(const std::string& cmd, const std::string& message) {
-  std::string line = "tccl " + shownName(cmd) + ": ";
-  for (char ch : message) line += (ch == '\n' || ch == '\r') ? ' ' : ch;
-  std::cerr << line << std::endl;
+  std::cerr << "tccl " << tccl::cli::oneLine(shownName(cmd)) << ": " << tccl::cli::oneLine(message)
+            << std::endl;
 }
 
 }  // namespace
