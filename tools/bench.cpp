@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -77,20 +78,27 @@ struct BenchConfig {
 
 BenchConfig parseBench(const Args& a) {
   BenchConfig c;
-  c.world = static_cast<int>(a.getInt("world", 0));
+  c.world = a.get("world") ? getLocalWorld(a, "world", 0, 1) : 0;
   c.crossover = a.flag("crossover");
   if (auto sizes = a.get("sizes")) {
-    std::stringstream ss(*sizes);
-    std::string item;
-    while (std::getline(ss, item, ',')) c.sizes.push_back(parseSize(item));
+    if (a.get("minbytes") || a.get("maxbytes") || a.get("stepfactor"))
+      throw UsageError{"--sizes and -b/-e/-f are exclusive"};
+    for (const std::string& item : splitList("--sizes", *sizes)) {
+      try {
+        c.sizes.push_back(parseSize(item));
+      } catch (const UsageError& e) {
+        throw UsageError{"--sizes: " + e.message};
+      }
+    }
   } else {
     const uint64_t lo = a.getSize("minbytes", c.crossover ? 1024 : 8);
     const uint64_t hi = a.getSize("maxbytes", c.crossover ? (16u << 20) : (64u << 20));
-    const int64_t f = a.getInt("stepfactor", 2);
-    if (f < 2) throw UsageError{"-f/--stepfactor must be at least 2"};
+    const auto f = static_cast<uint64_t>(a.getInt("stepfactor", 2, 2, int64_t{1} << 30));
     if (lo > hi) throw UsageError{"-b/--minbytes is larger than -e/--maxbytes"};
-    for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= static_cast<uint64_t>(f))
+    for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= f) {
       c.sizes.push_back(s);
+      if (s > hi / f) break;  // the next one is past hi (and may not fit in 64 bits)
+    }
   }
   c.dtype = a.getDataType("dtype", DataType::Float32);
   c.op = a.getOp("redop", ReduceOp::Sum);
@@ -108,28 +116,21 @@ BenchConfig parseBench(const Args& a) {
   // A barrier moves no data: one row, whatever the sizes.
   const bool noData = !c.sendrecv && algo::spec(c.coll).input == algo::Extent::None &&
                       algo::spec(c.coll).output == algo::Extent::None;
-  c.root = static_cast<int>(a.getInt("root", 0));
+  c.root = static_cast<int>(a.getInt("root", 0, 0, std::numeric_limits<int>::max()));
   c.algoArg = a.get("algo", c.crossover ? "ring,tree" : "auto");
-  c.iters = static_cast<int>(a.getInt("iters", 0));
-  c.warmup = static_cast<int>(a.getInt("warmup", 5));
-  c.timeoutMs = a.getInt("timeout-ms", 120000);
-  c.segmentBytes = a.getInt("segment-bytes", 0);
+  c.iters = static_cast<int>(a.getInt("iters", 0, 0, kMaxIters));
+  c.warmup = static_cast<int>(a.getInt("warmup", 5, 0, kMaxIters));
+  c.timeoutMs = a.getInt("timeout-ms", 120000, 1, kMaxTimeoutMs);
+  c.segmentBytes = a.getInt("segment-bytes", 0, 0, int64_t{1} << 30);
   c.json = a.flag("json");
   c.csv = a.flag("csv");
   c.progress = a.flag("progress");
   c.check = !a.flag("no-check");
   c.plot = a.get("plot", "");
   if (auto sc = a.get("scaling")) {
-    std::stringstream ss(*sc);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      int w = std::atoi(item.c_str());
-      if (w < 1) throw UsageError{"--scaling takes world sizes >= 1, e.g. 2,4,8,16"};
-      c.scaling.push_back(w);
-    }
+    for (const std::string& item : splitList("--scaling", *sc, 32))
+      c.scaling.push_back(static_cast<int>(parseInt(item, "--scaling", 1, kMaxLocalWorld)));
   }
-  if (c.world < 0) throw UsageError{"--world must be at least 1"};
-  if (c.iters < 0 || c.warmup < 0) throw UsageError{"--iters and --warmup must not be negative"};
   if (c.sizes.empty()) throw UsageError{"no sizes to run"};
   if (noData) {
     if (!c.plot.empty()) throw UsageError{"--plot draws against size; " + c.collName + " has none"};
@@ -140,6 +141,11 @@ BenchConfig parseBench(const Args& a) {
     const auto dot = c.plot.rfind('.');
     const std::string ext = dot == std::string::npos ? "" : c.plot.substr(dot);
     if (ext != ".svg" && ext != ".png") throw UsageError{"--plot writes FILE.svg or FILE.png"};
+    if (!c.scaling.empty() && ext != ".svg") throw UsageError{"--scaling --plot writes FILE.svg"};
+  }
+  if (!c.sendrecv && algo::spec(c.coll).rooted && c.world > 0 && c.root >= c.world) {
+    throw UsageError{"--root " + std::to_string(c.root) + " is not a rank of a world of " +
+                     std::to_string(c.world)};
   }
   return c;
 }
@@ -486,15 +492,24 @@ void writePlot(const std::string& path, const std::string& title, const std::vec
     svg.save(path);
     return;
   }
-  // PNG: render the SVG with rsvg-convert (Debian's librsvg2-bin) when it is there.
+  // PNG: render the SVG with rsvg-convert (Debian's librsvg2-bin) when it is there. No
+  // shell: the file names go to it as they are.
   const std::string tmp = path + ".tmp.svg";
   svg.save(tmp);
-  const std::string cmd = "rsvg-convert -f png -o '" + path + "' '" + tmp + "' 2>/dev/null";
-  const int rc = std::system(cmd.c_str());
-  std::remove(tmp.c_str());
-  if (rc != 0)
+  int status = 0;
+  try {
+    status = runProgram({"rsvg-convert", "-f", "png", "-o", pathArgument(path), pathArgument(tmp)});
+  } catch (const UsageError& e) {
+    std::remove(tmp.c_str());
     throw UsageError{
-        "--plot FILE.png needs rsvg-convert (apt-get install librsvg2-bin); or use FILE.svg"};
+        "--plot FILE.png needs rsvg-convert (apt-get install librsvg2-bin), or use "
+        "FILE.svg: " +
+        e.message};
+  }
+  std::remove(tmp.c_str());
+  if (status != 0)
+    throw UsageError{"--plot: rsvg-convert failed (" + describeWaitStatus(status) + ") making " +
+                     path + "; FILE.svg needs no converter"};
 }
 
 int runWorker(const BenchConfig& c) {
@@ -665,23 +680,21 @@ int runScaling(const BenchConfig& c, const std::vector<std::string>& words) {
                                      "--json",
                                      "--dtype",
                                      std::string(toString(c.dtype))};
-    // Workers print JSON on rank 0's stdout; read it back through a pipe.
-    std::string cmd = "'" + proc::selfExe() + "' bench";
-    for (const auto& a : args) cmd += " '" + a + "'";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) throw UsageError{"cannot run " + cmd};
+    // Workers print JSON on rank 0's stdout; read it back through a pipe (no shell).
+    std::vector<std::string> argv = {proc::selfExe(), "bench"};
+    argv.insert(argv.end(), args.begin(), args.end());
     std::string outText;
-    char buf[4096];
-    while (size_t k = fread(buf, 1, sizeof buf, p)) outText.append(buf, k);
-    const int rc = pclose(p);
-    if (rc != 0) {
-      std::fprintf(stderr, "tccl bench --scaling: world %d failed\n", w);
+    const int status = runProgram(argv, &outText);
+    if (status != 0) {
+      std::fprintf(stderr, "tccl bench --scaling: world %d failed (%s)\n", w,
+                   describeWaitStatus(status).c_str());
       return 1;
     }
     auto grab = [&](const std::string& algo) {
       const auto at = outText.find("\"algo\": \"" + algo + "\"");
       if (at == std::string::npos) return -1.0;
       const auto b = outText.find("\"bytes_per_rank\": ", at);
+      if (b == std::string::npos) return -1.0;
       return std::atof(outText.c_str() + b + 18);
     };
     const double ring = grab("ring") / static_cast<double>(V),
@@ -721,13 +734,33 @@ int runScaling(const BenchConfig& c, const std::vector<std::string>& words) {
     svg.text(left + pw - 4, Y(points.back().second.first) - 8, "ring (-> 2V)", 12, "end");
     svg.text(left + pw - 4, Y(points.back().second.second) + 16, "naive ((N-1) V)", 12, "end");
     svg.text(left + pw / 2.0, top + ph + 36, "world size N", 12, "middle");
-    const auto dot = c.plot.rfind('.');
-    if (c.plot.substr(dot) != ".svg") throw UsageError{"--scaling --plot writes FILE.svg"};
     svg.save(c.plot);
     std::printf("# plot: %s\n", c.plot.c_str());
   }
   (void)words;
   return 0;
+}
+
+// Every rank allocates an input and an output buffer of at most the largest size (the
+// N-block collectives' small sizes: N elements).
+uint64_t bytesPerRank(const BenchConfig& c, int world) {
+  const uint64_t largest = *std::max_element(c.sizes.begin(), c.sizes.end());
+  const uint64_t floor = saturatingMul(static_cast<uint64_t>(world), dataTypeSize(c.dtype));
+  return saturatingMul(std::max(largest, floor), 2);
+}
+
+// The ranks of this machine when a launcher started them (its local world size).
+int localRanksFromEnv() {
+  for (const char* name : {"TCCL_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) continue;
+    try {
+      return static_cast<int>(parseInt(v, name, 1, 1 << 20));
+    } catch (const UsageError&) {
+      // Not ours to judge here: the communicator reads the launcher's variables.
+    }
+  }
+  return 1;
 }
 
 }  // namespace
@@ -737,10 +770,22 @@ int benchMain(int argc, char** argv, int first) {
   Args a = argsFrom(words);
   BenchConfig c = parseBench(a);
   (void)algorithmsFor(c);  // a bad --algo is a usage error here, not in every worker
-  if (!c.scaling.empty()) return runScaling(c, words);
+  const std::string sizeText =
+      formatBytes(static_cast<double>(*std::max_element(c.sizes.begin(), c.sizes.end())));
+  if (!c.scaling.empty()) {
+    const int widest = *std::max_element(c.scaling.begin(), c.scaling.end());
+    checkMemory("--scaling up to world " + std::to_string(widest) + " at " + sizeText,
+                bytesPerRank(c, widest), widest, "input and output buffers");
+    return runScaling(c, words);
+  }
   const bool underLauncher =
       c.world == 0 && (std::getenv("TCCL_RANK") != nullptr || std::getenv("RANK") != nullptr);
   if (underLauncher) {
+    // The other ranks of this machine check the same at the same time: against physical
+    // memory, which their allocations do not change.
+    const int local = localRanksFromEnv();
+    checkMemory("a sweep up to " + sizeText, bytesPerRank(c, local), local,
+                "input and output buffers", /*onlyPhysical=*/true);
     try {
       return runWorker(c);
     } catch (const Error& e) {
@@ -748,13 +793,22 @@ int benchMain(int argc, char** argv, int first) {
       return 1;
     }
   }
-  if (c.world == 0) c.world = 2;
   std::vector<std::string> args = words;
-  args.push_back("--world");
-  args.push_back(std::to_string(c.world));
+  if (c.world == 0) {
+    c.world = 2;
+    args.push_back("--world");
+    args.push_back(std::to_string(c.world));
+  }
+  if (!c.sendrecv && algo::spec(c.coll).rooted && c.root >= c.world) {
+    throw UsageError{"--root " + std::to_string(c.root) + " is not a rank of a world of " +
+                     std::to_string(c.world)};
+  }
+  checkMemory("--world " + std::to_string(c.world) + " up to " + sizeText, bytesPerRank(c, c.world),
+              c.world, "input and output buffers");
   LocalRun run = runLocalRanks(c.world, "_bench-worker", args,
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)),
                                std::chrono::milliseconds(2000));
+  throwIfRanksRefused(run.children);
   int rc = 0;
   for (const auto& r : run.children) {
     if (!r.ok()) {

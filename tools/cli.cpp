@@ -1,17 +1,48 @@
 #include "cli.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 
 #include "auth/auth.hpp"
+#include "net/socket.hpp"
 #include "tccl/half.hpp"
 
+extern char** environ;
+
 namespace tccl::cli {
+
+std::string quoted(const std::string& s) {
+  constexpr size_t kMax = 64;
+  return "'" + oneLine(s.substr(0, kMax)) + (s.size() > kMax ? "...'" : "'");
+}
+
+std::string oneLine(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
 
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
            const std::vector<std::string>& flags) {
@@ -21,7 +52,8 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& val
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     raw_.push_back(a);
-    if (a.rfind("--", 0) != 0) throw UsageError{"unexpected argument '" + a + "'"};
+    if (a.rfind("--", 0) != 0 || a.size() == 2)
+      throw UsageError{"unexpected argument " + quoted(a)};
     std::string name = a.substr(2);
     std::string value;
     bool inlineValue = false;
@@ -30,19 +62,22 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& val
       name = name.substr(0, eq);
       inlineValue = true;
     }
-    if (has(flags, name)) {
+    const bool isFlag = has(flags, name);
+    if (!isFlag && !has(valueOptions, name))
+      throw UsageError{"unknown option " + quoted("--" + name)};
+    if (values_.count(name) != 0) throw UsageError{"--" + name + " is given twice"};
+    if (isFlag) {
       if (inlineValue) throw UsageError{"--" + name + " takes no value"};
       values_[name] = "1";
-    } else if (has(valueOptions, name)) {
-      if (!inlineValue) {
-        if (i + 1 >= argc) throw UsageError{"--" + name + " needs a value"};
-        value = argv[++i];
-        raw_.push_back(value);
-      }
-      values_[name] = value;
-    } else {
-      throw UsageError{"unknown option --" + name};
+      continue;
     }
+    if (!inlineValue) {
+      if (i + 1 >= argc) throw UsageError{"--" + name + " needs a value"};
+      value = argv[++i];
+      raw_.push_back(value);
+    }
+    if (value.empty()) throw UsageError{"--" + name + " needs a value (got an empty one)"};
+    values_[name] = value;
   }
 }
 
@@ -58,16 +93,65 @@ std::string Args::get(const std::string& name, const std::string& dflt) const {
   return get(name).value_or(dflt);
 }
 
+namespace {
+
+// Strict decimal: an optional '-', then digits, nothing else; nullopt (with *range set
+// when it is a number too large for int64) otherwise.
+std::optional<int64_t> decimal(const std::string& s, bool* range) {
+  *range = false;
+  const char* b = s.data();
+  const char* e = b + s.size();
+  if (b != e && *b == '+') ++b;  // "+5" is 5; from_chars takes no '+'
+  int64_t x = 0;
+  const auto [ptr, ec] = std::from_chars(b, e, x, 10);
+  if (ec == std::errc::result_out_of_range) {
+    *range = true;
+    return std::nullopt;
+  }
+  if (ec != std::errc() || ptr != e || b == e) return std::nullopt;
+  return x;
+}
+
+std::string rangeText(int64_t lo, int64_t hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+
+}  // namespace
+
+int64_t parseInt(const std::string& s, const std::string& what, int64_t lo, int64_t hi) {
+  bool range = false;
+  const auto x = decimal(s, &range);
+  const bool bounded =
+      lo != std::numeric_limits<int64_t>::min() || hi != std::numeric_limits<int64_t>::max();
+  if (range && !bounded) throw UsageError{what + ": " + quoted(s) + " is out of range"};
+  if (range)
+    throw UsageError{what + " must be in " + rangeText(lo, hi) + " (got " + quoted(s) + ")"};
+  if (!x) throw UsageError{what + " expects an integer, got " + quoted(s)};
+  if (*x < lo || *x > hi)
+    throw UsageError{what + " must be in " + rangeText(lo, hi) + " (got " + std::to_string(*x) +
+                     ")"};
+  return *x;
+}
+
 int64_t Args::getInt(const std::string& name, int64_t dflt) const {
+  return getInt(name, dflt, std::numeric_limits<int64_t>::min(),
+                std::numeric_limits<int64_t>::max());
+}
+
+int64_t Args::getInt(const std::string& name, int64_t dflt, int64_t lo, int64_t hi) const {
   auto v = get(name);
   if (!v) return dflt;
-  char* end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno != 0) {
-    throw UsageError{"--" + name + " expects an integer, got '" + *v + "'"};
+  return parseInt(*v, "--" + name, lo, hi);
+}
+
+int getLocalWorld(const Args& a, const std::string& name, int dflt, int lo) {
+  const int64_t w = a.getInt(name, dflt);
+  if (w < lo || w > kMaxLocalWorld) {
+    throw UsageError{"--" + name + " must be in " + rangeText(lo, kMaxLocalWorld) + " (got " +
+                     std::to_string(w) +
+                     (w > kMaxLocalWorld ? "): every rank is a process on this machine" : ")")};
   }
-  return x;
+  return static_cast<int>(w);
 }
 
 double Args::getDouble(const std::string& name, double dflt) const {
@@ -75,21 +159,27 @@ double Args::getDouble(const std::string& name, double dflt) const {
   if (!v) return dflt;
   char* end = nullptr;
   errno = 0;
-  double x = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || errno != 0) {
-    throw UsageError{"--" + name + " expects a number, got '" + *v + "'"};
+  const double x = std::strtod(v->c_str(), &end);
+  const bool spaced = std::isspace(static_cast<unsigned char>(v->front())) != 0;
+  if (spaced || *end != '\0' || errno != 0 || !std::isfinite(x)) {
+    throw UsageError{"--" + name + " expects a finite number, got " + quoted(*v)};
   }
   return x;
 }
 
 uint64_t parseSize(const std::string& s) {
   if (s.empty()) throw UsageError{"empty size"};
-  if (s.front() == '-') throw UsageError{"size must not be negative: '" + s + "'"};
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long x = std::strtoull(s.c_str(), &end, 10);
-  if (end == s.c_str() || errno != 0) throw UsageError{"bad size '" + s + "'"};
-  std::string suffix(end);
+  if (s.front() == '-') throw UsageError{"size must not be negative: " + quoted(s)};
+  if (!std::isdigit(static_cast<unsigned char>(s.front())))
+    throw UsageError{"bad size " + quoted(s) + " (a number of bytes, optionally K, M or G)"};
+  uint64_t x = 0;
+  const char* b = s.data();
+  const char* e = b + s.size();
+  const auto [end, ec] = std::from_chars(b, e, x, 10);
+  if (ec == std::errc::result_out_of_range)
+    throw UsageError{"size " + quoted(s) + " does not fit in 64 bits"};
+  if (ec != std::errc()) throw UsageError{"bad size " + quoted(s)};
+  const std::string suffix(end, e);
   uint64_t mult = 1;
   if (suffix == "" || suffix == "B")
     mult = 1;
@@ -100,7 +190,9 @@ uint64_t parseSize(const std::string& s) {
   else if (suffix == "G" || suffix == "GiB")
     mult = 1ull << 30;
   else
-    throw UsageError{"bad size suffix in '" + s + "' (use K, M or G)"};
+    throw UsageError{"bad size suffix in " + quoted(s) + " (use K, M or G)"};
+  if (x > std::numeric_limits<uint64_t>::max() / mult)
+    throw UsageError{"size " + quoted(s) + " does not fit in 64 bits"};
   return x * mult;
 }
 
@@ -114,13 +206,85 @@ uint64_t Args::getSize(const std::string& name, uint64_t dflt) const {
   }
 }
 
+std::vector<std::string> splitList(const std::string& option, const std::string& value,
+                                   size_t maxItems) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = value.find(',', start);
+    const std::string item =
+        value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) throw UsageError{option + ": empty item in " + quoted(value)};
+    items.push_back(item);
+    if (items.size() > maxItems)
+      throw UsageError{option + " takes at most " + std::to_string(maxItems) + " items"};
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+uint64_t saturatingMul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<uint64_t>::max() : r;
+}
+
+uint64_t saturatingAdd(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<uint64_t>::max() : r;
+}
+
+MemoryInfo memoryInfo() {
+  MemoryInfo m;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long pageSize = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && pageSize > 0)
+    m.physical = saturatingMul(static_cast<uint64_t>(pages), static_cast<uint64_t>(pageSize));
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      unsigned long long kb = 0;
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+        m.available = saturatingMul(kb, 1024);
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  return m;
+}
+
+void checkMemory(const std::string& command, uint64_t bytesPerRank, int ranks,
+                 const std::string& what, bool onlyPhysical) {
+  const MemoryInfo m = memoryInfo();
+  const uint64_t perRank = saturatingAdd(bytesPerRank, kRankOverheadBytes);
+  const uint64_t need = saturatingMul(perRank, static_cast<uint64_t>(std::max(ranks, 1)));
+  const bool useAvailable = !onlyPhysical && m.available > 0;
+  const uint64_t have = useAvailable ? m.available : m.physical;
+  if (have == 0 || need <= have) return;
+  auto bytes = [](uint64_t b) {
+    return b == std::numeric_limits<uint64_t>::max() ? std::string("more than 16 EiB")
+                                                     : formatBytes(static_cast<double>(b));
+  };
+  std::string msg = command + " needs " + bytes(need) + " of memory (" + std::to_string(ranks) +
+                    (ranks == 1 ? " rank" : " ranks") + " x " + bytes(perRank) + ": " + what +
+                    ", plus " + formatBytes(static_cast<double>(kRankOverheadBytes)) +
+                    " per process); this machine has ";
+  if (useAvailable)
+    msg += formatBytes(static_cast<double>(m.available)) + " available (" +
+           formatBytes(static_cast<double>(m.physical)) + " physical)";
+  else
+    msg += formatBytes(static_cast<double>(m.physical));
+  throw UsageError{msg};
+}
+
 DataType Args::getDataType(const std::string& name, DataType dflt) const {
   auto v = get(name);
   if (!v) return dflt;
   auto t = parseDataType(*v);
   if (!t)
-    throw UsageError{"unknown dtype '" + *v +
-                     "' (expected float32, float64, float16, bfloat16, int32, int64, int8 or "
+    throw UsageError{"unknown dtype " + quoted(*v) +
+                     " (expected float32, float64, float16, bfloat16, int32, int64, int8 or "
                      "uint8)"};
   return *t;
 }
@@ -129,7 +293,7 @@ ReduceOp Args::getOp(const std::string& name, ReduceOp dflt) const {
   auto v = get(name);
   if (!v) return dflt;
   auto op = parseReduceOp(*v);
-  if (!op) throw UsageError{"unknown op '" + *v + "' (expected sum, prod, min, max or avg)"};
+  if (!op) throw UsageError{"unknown op " + quoted(*v) + " (expected sum, prod, min, max or avg)"};
   return *op;
 }
 
@@ -138,8 +302,8 @@ Algorithm Args::getAlgorithm(const std::string& name, Algorithm dflt) const {
   if (!v) return dflt;
   auto a = parseAlgorithm(*v);
   if (!a)
-    throw UsageError{"unknown algorithm '" + *v +
-                     "' (expected auto, ring, naive, tree, hd, rd or hier)"};
+    throw UsageError{"unknown algorithm " + quoted(*v) +
+                     " (expected auto, ring, naive, tree, hd, rd or hier)"};
   return *a;
 }
 
@@ -157,9 +321,9 @@ std::string withCommas(uint64_t v) {
 }
 
 std::string formatBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
-  while (b >= 1024 && u < 3) {
+  while (b >= 1024 && u < 6) {
     b /= 1024;
     ++u;
   }
@@ -449,6 +613,73 @@ LocalRun runLocalRanks(int world, const std::string& workerCommand,
   run.children = group.wait(deadline, /*killOnFailure=*/true, grace);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
+}
+
+int runProgram(const std::vector<std::string>& argv, std::string* out) {
+  if (argv.empty()) throw UsageError{"no program to run"};
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int pipeFds[2] = {-1, -1};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (out != nullptr) {
+    if (::pipe2(pipeFds, O_CLOEXEC) != 0) {
+      posix_spawn_file_actions_destroy(&fa);
+      throwError(ErrorKind::System, "pipe2: " + net::errnoString(errno));
+    }
+    posix_spawn_file_actions_adddup2(&fa, pipeFds[1], STDOUT_FILENO);
+  }
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (out != nullptr) ::close(pipeFds[1]);
+  if (rc != 0) {
+    if (out != nullptr) ::close(pipeFds[0]);
+    throw UsageError{argv[0] + ": " +
+                     (rc == ENOENT ? std::string("not found") : net::errnoString(rc))};
+  }
+  if (out != nullptr) {
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::read(pipeFds[0], buf, sizeof buf);
+      if (n > 0) {
+        out->append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    ::close(pipeFds[0]);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throwError(ErrorKind::System, "waitpid: " + net::errnoString(errno));
+  }
+  return status;
+}
+
+std::string describeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+std::string pathArgument(const std::string& path) {
+  return !path.empty() && path.front() == '-' ? "./" + path : path;
+}
+
+void throwIfRanksRefused(const std::vector<proc::ChildResult>& children) {
+  int first = -1, count = 0;
+  for (const auto& ch : children) {
+    if (!ch.exited || ch.exitCode != 2) continue;
+    if (first < 0) first = ch.index;
+    ++count;
+  }
+  if (count == 0) return;
+  throw UsageError{"rank " + std::to_string(first) +
+                   (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : "") +
+                   " stopped on the error above (exit 2)"};
 }
 
 std::string encodeRecord(const std::map<std::string, std::string>& kv) {

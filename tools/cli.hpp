@@ -19,7 +19,14 @@ struct UsageError {
   std::string message;
 };
 
-// "--key value", "--key=value" and bare "--flag". Unknown options are errors.
+// Limits the subcommands share (their --help texts name them).
+inline constexpr int kMaxLocalWorld = 256;  // ranks one machine runs as processes
+inline constexpr int64_t kMaxIters = 1000000;
+inline constexpr int64_t kMaxTimeoutMs = int64_t{24} * 3600 * 1000;  // a day
+inline constexpr size_t kMaxListItems = 64;                          // --sizes, --caps, --scaling
+
+// "--key value", "--key=value" and bare "--flag". Unknown options, repeated options and
+// empty values are errors.
 class Args {
  public:
   Args(int argc, char** argv, int first, const std::vector<std::string>& valueOptions,
@@ -27,7 +34,11 @@ class Args {
   bool flag(const std::string& name) const;
   std::optional<std::string> get(const std::string& name) const;
   std::string get(const std::string& name, const std::string& dflt) const;
+  // Decimal integers only (no spaces, no 0x, no wrap-around).
   int64_t getInt(const std::string& name, int64_t dflt) const;
+  // The same, in [lo, hi]: "--world must be in [1, 256] (got 1000)".
+  int64_t getInt(const std::string& name, int64_t dflt, int64_t lo, int64_t hi) const;
+  // Finite numbers only (no inf, no nan).
   double getDouble(const std::string& name, double dflt) const;
   // Sizes with optional K/M/G suffix (powers of 1024): "64M" = 67108864.
   uint64_t getSize(const std::string& name, uint64_t dflt) const;
@@ -42,9 +53,42 @@ class Args {
   std::vector<std::string> raw_;
 };
 
-uint64_t parseSize(const std::string& s);  // throws UsageError
+// The world size of a subcommand that runs every rank here as a process: in
+// [lo, kMaxLocalWorld], else "... (every rank is a process on this machine)".
+int getLocalWorld(const Args& a, const std::string& name, int dflt, int lo);
+
+uint64_t parseSize(const std::string& s);  // throws UsageError (bad text, overflow)
+// A decimal integer in [lo, hi]; `what` names it in the error ("--scaling").
+int64_t parseInt(const std::string& s, const std::string& what, int64_t lo, int64_t hi);
+// "a,b,c" -> {"a", "b", "c"}: no empty items, at most maxItems of them.
+std::vector<std::string> splitList(const std::string& option, const std::string& value,
+                                   size_t maxItems = kMaxListItems);
+// A user's text for an error message: in quotes, control characters escaped (so the
+// message stays one line), cut after 64 characters.
+std::string quoted(const std::string& s);
+// s with control characters escaped (\x0a for a newline): one line, whatever it holds.
+std::string oneLine(const std::string& s);
 std::string withCommas(uint64_t v);
-std::string formatBytes(double bytes);  // "64 MiB", "8 B"
+std::string formatBytes(double bytes);  // "64 MiB", "8 B", up to EiB
+
+// a * b, or UINT64_MAX when that overflows.
+uint64_t saturatingMul(uint64_t a, uint64_t b);
+uint64_t saturatingAdd(uint64_t a, uint64_t b);
+
+// This machine's memory: physical (sysconf) and available (MemAvailable in /proc/meminfo;
+// 0 when unknown).
+struct MemoryInfo {
+  uint64_t physical = 0;
+  uint64_t available = 0;
+};
+MemoryInfo memoryInfo();
+// Refuses (UsageError) a run of `ranks` processes on this machine that would each
+// allocate `bytesPerRank` (plus kRankOverheadBytes) when that is more than the memory
+// available (physical memory when MemAvailable is unknown, or with onlyPhysical). `what`
+// says what the bytes are for: "input and output vectors".
+inline constexpr uint64_t kRankOverheadBytes = uint64_t{16} << 20;
+void checkMemory(const std::string& command, uint64_t bytesPerRank, int ranks,
+                 const std::string& what, bool onlyPhysical = false);
 
 // Element i of a test vector set to `value` (converted to the dtype).
 void fill(void* buf, size_t count, DataType dtype, double value);
@@ -78,6 +122,22 @@ struct LocalRun {
 LocalRun runLocalRanks(int world, const std::string& workerCommand,
                        const std::vector<std::string>& args, Deadline deadline,
                        std::chrono::milliseconds grace);
+
+// Runs a program without a shell: argv[0] is looked up in PATH (posix_spawnp), the
+// arguments are passed as they are. With `out`, its stdout is read into *out. Returns the
+// wait status; throws UsageError naming the program when it cannot be started
+// ("rsvg-convert: not found").
+int runProgram(const std::vector<std::string>& argv, std::string* out = nullptr);
+// "exit 3", "killed by signal 9" for a wait status.
+std::string describeWaitStatus(int status);
+// A file name for another program's argument list: "./-x.png" for "-x.png", so that it is
+// never taken for an option.
+std::string pathArgument(const std::string& path);
+
+// When ranks exited with status 2 (a usage error, or out of memory: each said so on its
+// own line), throws UsageError "rank 0 (and 3 more) ..." so that the parent exits 2 with
+// one line too, not with a report of what the ranks never measured.
+void throwIfRanksRefused(const std::vector<proc::ChildResult>& children);
 
 // key=value records published through the store by workers.
 std::string encodeRecord(const std::map<std::string, std::string>& kv);

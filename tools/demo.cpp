@@ -33,28 +33,29 @@ struct DemoConfig {
   bool json = false;
 };
 
+// The largest vector: 2^40 elements (8 TiB of doubles) keeps count x element size and
+// every byte count derived from it far from overflow; the memory check decides the rest.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
 DemoConfig parseDemo(const Args& a) {
   DemoConfig c;
-  c.world = static_cast<int>(a.getInt("world", 8));
-  c.size = a.getInt("size", 80000);
+  c.world = getLocalWorld(a, "world", 8, 1);
+  c.size = a.getInt("size", 80000, 0, kMaxElements);
   c.dtype = a.getDataType("dtype", DataType::Float64);
   c.op = a.getOp("op", ReduceOp::Sum);
-  c.iters = static_cast<int>(a.getInt("iters", 5));
-  c.timeoutMs = a.getInt("timeout-ms", 60000);
-  c.segmentBytes = a.getInt("segment-bytes", 0);
-  c.injectRank = static_cast<int>(a.getInt("inject-error", -1));
+  c.iters = static_cast<int>(a.getInt("iters", 5, 1, kMaxIters));
+  c.timeoutMs = a.getInt("timeout-ms", 60000, 1, kMaxTimeoutMs);
+  c.segmentBytes = a.getInt("segment-bytes", 0, 0, int64_t{1} << 30);
+  c.injectRank = static_cast<int>(a.getInt("inject-error", -1, -1, c.world - 1));
   c.json = a.flag("json");
-  if (c.world < 1)
-    throw UsageError{"--world must be at least 1 (got " + std::to_string(c.world) + ")"};
-  if (c.world > 256)
-    throw UsageError{"--world must be at most 256 on one machine (got " + std::to_string(c.world) +
-                     ")"};
-  if (c.size < 0)
-    throw UsageError{"--size must not be negative (got " + std::to_string(c.size) + ")"};
-  if (c.iters < 1) throw UsageError{"--iters must be at least 1"};
-  if (c.timeoutMs < 1) throw UsageError{"--timeout-ms must be positive"};
-  if (c.segmentBytes < 0) throw UsageError{"--segment-bytes must not be negative"};
   return c;
+}
+
+// Every rank holds an input and an output vector, and every rank runs here.
+void checkDemoMemory(const DemoConfig& c) {
+  const uint64_t vector = saturatingMul(static_cast<uint64_t>(c.size), dataTypeSize(c.dtype));
+  checkMemory("--world " + std::to_string(c.world) + " --size " + std::to_string(c.size),
+              saturatingMul(vector, 2), c.world, "input and output vectors");
 }
 
 const Algorithm kAlgos[] = {Algorithm::Ring, Algorithm::Naive};
@@ -135,6 +136,7 @@ int runParent(const DemoConfig& c, const std::vector<std::string>& rawArgs) {
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 2 + 30000)),
                                std::chrono::milliseconds(std::min<int64_t>(c.timeoutMs, 10000)));
   const auto& children = run.children;
+  throwIfRanksRefused(children);
   const double wall = run.seconds;
 
   TcpStore store("127.0.0.1", run.server->port(), std::chrono::milliseconds(5000));
@@ -261,6 +263,7 @@ int runParent(const DemoConfig& c, const std::vector<std::string>& rawArgs) {
 int demoMain(int argc, char** argv, int first) {
   Args a(argc, argv, first, kValueOptions, kFlags);
   DemoConfig c = parseDemo(a);
+  checkDemoMemory(c);
   return runParent(c, a.raw());
 }
 

@@ -29,6 +29,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
+// 2^32 float32 elements (16 GiB) per buffer at most; the memory check decides the rest.
+constexpr int64_t kMaxCount = int64_t{1} << 32;
+
 const std::vector<std::string> kValueOptions = {
     "world", "algo",  "timeout-ms", "count",   "iters",          "kill", "at",
     "stop",  "stuck", "skip",       "reorder", "count-mismatch", "rank"};
@@ -75,20 +78,20 @@ class FaultWorker {
   FaultWorker(const Args& a, Communicator comm, std::shared_ptr<Store> results)
       : comm_(std::move(comm)), results_(std::move(results)) {
     mode_ = a.get("mode", "loop");
-    culprit_ = static_cast<int>(a.getInt("culprit", -1));
+    culprit_ = static_cast<int>(a.getInt("culprit", -1, -1, kMaxLocalWorld));
     algo_ = a.getAlgorithm("algo", Algorithm::Ring);
-    count_ = static_cast<size_t>(a.getInt("count", 65536));
-    iters_ = static_cast<int>(a.getInt("iters", 3));
-    timeoutMs_ = a.getInt("timeout-ms", 3000);
+    count_ = static_cast<size_t>(a.getInt("count", 65536, 0, kMaxCount));
+    iters_ = static_cast<int>(a.getInt("iters", 3, 0, kMaxIters));
+    timeoutMs_ = a.getInt("timeout-ms", 3000, 1, kMaxTimeoutMs);
     deviation_ = a.get("deviation", "");
-    deviateAt_ = static_cast<int>(a.getInt("deviate-at", 1));
+    deviateAt_ = static_cast<int>(a.getInt("deviate-at", 1, 0, kMaxIters));
     announce_ = a.flag("announce");
     const std::string sleep = a.get("sleep", "");
     if (!sleep.empty()) {
       auto colon = sleep.find(':');
       if (colon == std::string::npos) throw UsageError{"--sleep K:MS"};
-      sleepCall_ = std::stoi(sleep.substr(0, colon));
-      sleepMs_ = std::stoll(sleep.substr(colon + 1));
+      sleepCall_ = static_cast<int>(parseInt(sleep.substr(0, colon), "--sleep K", 0, kMaxIters));
+      sleepMs_ = parseInt(sleep.substr(colon + 1), "--sleep MS", 0, kMaxTimeoutMs);
     }
     rank_ = comm_.rank();
   }
@@ -378,18 +381,17 @@ std::string listPoints(const std::vector<std::pair<std::string, int>>& pts) {
 
 // Checks --at PHASE:STEP[#SEQ] (or start[#SEQ]) against the culprit's schedule.
 void checkAt(const std::string& at, const FaultsConfig& c, int culprit) {
-  std::string where = at.substr(0, at.find('#'));
+  const auto hash = at.find('#');
+  if (hash != std::string::npos)
+    (void)parseInt(at.substr(hash + 1), "--at " + quoted(at) + ": the call number", 0, kMaxIters);
+  std::string where = at.substr(0, hash);
   if (where == "start") return;
   auto colon = where.rfind(':');
   if (colon == std::string::npos)
-    throw UsageError{"--at expects PHASE:STEP[#SEQ] or start[#SEQ], got '" + at + "'"};
+    throw UsageError{"--at expects PHASE:STEP[#SEQ] or start[#SEQ], got " + quoted(at)};
   const std::string phase = where.substr(0, colon);
-  int step = 0;
-  try {
-    step = std::stoi(where.substr(colon + 1));
-  } catch (const std::exception&) {
-    throw UsageError{"--at: bad step in '" + at + "'"};
-  }
+  const int step = static_cast<int>(
+      parseInt(where.substr(colon + 1), "--at " + quoted(at) + ": the step", 1, 1 << 20));
   auto pts = faultPoints(c.algo, culprit, c.world, c.count);
   for (const auto& [ph, st] : pts)
     if (ph.rfind(phase, 0) == 0 && st == step) return;
@@ -762,31 +764,31 @@ void printTable(const std::vector<ScenarioResult>& results) {
 
 FaultsConfig parseConfig(const Args& a) {
   FaultsConfig c;
-  c.world = static_cast<int>(a.getInt("world", 4));
+  c.world = static_cast<int>(a.getInt("world", 4, 2, 64));
   c.algo = a.getAlgorithm("algo", Algorithm::Ring);
-  c.timeoutMs = a.getInt("timeout-ms", 3000);
-  c.count = static_cast<size_t>(a.getSize("count", 65536));
-  c.iters = static_cast<int>(a.getInt("iters", 10));
+  c.timeoutMs = a.getInt("timeout-ms", 3000, 100, kMaxTimeoutMs / 4);
+  const uint64_t count = a.getSize("count", 65536);
+  if (count > static_cast<uint64_t>(kMaxCount))
+    throw UsageError{"--count must be at most " + std::to_string(kMaxCount) + " (got " +
+                     std::to_string(count) + ")"};
+  c.count = static_cast<size_t>(count);
+  c.iters = static_cast<int>(a.getInt("iters", 10, 2, 100000));
   c.json = a.flag("json");
-  if (c.world < 2 || c.world > 64)
-    throw UsageError{"--world must be in [2, 64] (got " + std::to_string(c.world) + ")"};
   // Auto would choose at run time, and the hierarchical all-reduce's schedule depends on
   // the host layout: the scenarios need to know the culprit's steps in advance.
   if (c.algo == Algorithm::Auto || c.algo == Algorithm::Hierarchical)
     throw UsageError{"--algo must be ring, tree, hd, rd or naive (not " +
                      std::string(toString(c.algo)) + ")"};
-  if (c.timeoutMs < 100) throw UsageError{"--timeout-ms must be at least 100"};
   if (c.count < static_cast<size_t>(c.world))
     throw UsageError{"--count must be at least the world size"};
-  if (c.iters < 2) throw UsageError{"--iters must be at least 2"};
   return c;
 }
 
 int checkRank(const Args& a, const std::string& opt, const FaultsConfig& c) {
-  const int r = static_cast<int>(a.getInt(opt, -1));
+  const int64_t r = a.getInt(opt, -1);
   if (r < 0 || r >= c.world)
     throw UsageError{"--" + opt + " must be a rank in [0, " + std::to_string(c.world) + ")"};
-  return r;
+  return static_cast<int>(r);
 }
 
 std::vector<Scenario> plan(const Args& a, const FaultsConfig& c) {
@@ -794,6 +796,7 @@ std::vector<Scenario> plan(const Args& a, const FaultsConfig& c) {
   const auto at = a.get("at");
   if (a.flag("all")) {
     const int r = a.get("rank") ? checkRank(a, "rank", c) : 1;
+    if (at) checkAt(*at, c, r);
     out.push_back(killScenario(c, r, at ? *at : defaultKillPoint(c, r)));
     out.push_back(stopScenario(c, r, std::nullopt));
     out.push_back(stuckScenario(c, r));
@@ -852,6 +855,8 @@ int faultsMain(int argc, char** argv, int first) {
   Args a(argc, argv, first, kValueOptions, kFlags);
   const FaultsConfig c = parseConfig(a);
   const std::vector<Scenario> scenarios = plan(a, c);
+  checkMemory("--world " + std::to_string(c.world) + " --count " + std::to_string(c.count),
+              saturatingMul(c.count, 2 * sizeof(float)), c.world, "input and output vectors");
   std::vector<ScenarioResult> results;
   bool pass = true;
   for (const Scenario& s : scenarios) {

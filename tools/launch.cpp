@@ -21,6 +21,7 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,17 +98,43 @@ int exitCodeOf(int status) {
 }
 
 void say(const std::string& line) {
-  const std::string s = "tccl launch: " + line + "\n";
+  const std::string s = "tccl launch: " + oneLine(line) + "\n";
   ssize_t n = ::write(STDERR_FILENO, s.data(), s.size());
   (void)n;
 }
 
 // ---- options -----------------------------------------------------------------------
 
+// Seconds, at most kMaxSeconds (30 days: the job's clock arithmetic stays in range).
+constexpr double kMaxSeconds = 30.0 * 24 * 3600;
+
 double seconds(const Args& a, const std::string& name, double dflt) {
   const double v = a.getDouble(name, dflt);
   if (!(v >= 0)) throw UsageError{"--" + name + " must not be negative"};
+  if (v > kMaxSeconds)
+    throw UsageError{"--" + name + " must be at most " +
+                     std::to_string(static_cast<int64_t>(kMaxSeconds)) + " s (30 days)"};
   return v;
+}
+
+// The ranks the launcher can supervise: one process each (RLIMIT_NPROC) and, with tagged
+// output, two pipes each that it holds open (RLIMIT_NOFILE).
+void checkProcessLimits(const LaunchConfig& c) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(c.nproc) >= lim.rlim_cur) {
+    throw UsageError{"--nproc-per-node " + std::to_string(c.nproc) +
+                     " is more processes than this user may run (ulimit -u: " +
+                     std::to_string(lim.rlim_cur) + ")"};
+  }
+  if (c.tag && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const rlim_t need = 2 * static_cast<rlim_t>(c.nproc) + 32;
+    if (need > lim.rlim_cur)
+      throw UsageError{"--nproc-per-node " + std::to_string(c.nproc) +
+                       " with tagged output needs " + std::to_string(need) +
+                       " open files, more than ulimit -n (" + std::to_string(lim.rlim_cur) +
+                       "): raise it, or use --no-tag-output"};
+  }
 }
 
 LaunchConfig parseLaunch(int argc, char** argv, int first) {
@@ -142,22 +169,19 @@ LaunchConfig parseLaunch(int argc, char** argv, int first) {
   LaunchConfig c;
   for (int i = cmdStart; i < argc; ++i) c.command.push_back(argv[i]);
   if (c.command.empty()) throw UsageError{"no command to run (tccl launch [options] -- CMD ARGS)"};
-  c.nproc = static_cast<int>(a.getInt("nproc-per-node", 1));
-  c.nnodes = static_cast<int>(a.getInt("nnodes", 1));
-  c.nodeRank = static_cast<int>(a.getInt("node-rank", 0));
-  if (c.nproc < 1 || c.nproc > 4096) throw UsageError{"--nproc-per-node must be in [1, 4096]"};
-  if (c.nnodes < 1 || c.nnodes > 65536) throw UsageError{"--nnodes must be in [1, 65536]"};
-  if (c.nodeRank < 0 || c.nodeRank >= c.nnodes) {
-    throw UsageError{"--node-rank " + std::to_string(c.nodeRank) + " is not in [0, " +
+  c.nproc = static_cast<int>(a.getInt("nproc-per-node", 1, 1, 4096));
+  c.nnodes = static_cast<int>(a.getInt("nnodes", 1, 1, 65536));
+  const int64_t nodeRank = a.getInt("node-rank", 0);
+  c.nodeRank = nodeRank < 0 || nodeRank >= c.nnodes ? -1 : static_cast<int>(nodeRank);
+  if (c.nodeRank < 0) {
+    throw UsageError{"--node-rank " + std::to_string(nodeRank) + " is not in [0, " +
                      std::to_string(c.nnodes) + ")"};
   }
   const auto addr = a.get("master-addr");
   const auto port = a.get("master-port");
   if (addr) c.masterAddr = *addr;
   if (c.masterAddr.empty()) throw UsageError{"--master-addr must not be empty"};
-  c.masterPort = static_cast<int>(a.getInt("master-port", 0));
-  if (c.masterPort < 0 || c.masterPort > 65535)
-    throw UsageError{"--master-port must be in [0, 65535]"};
+  c.masterPort = static_cast<int>(a.getInt("master-port", 0, 0, 65535));
   if (c.nnodes > 1) {
     if (!addr) throw UsageError{"--nnodes > 1 needs --master-addr (node 0's address)"};
     if (!port || c.masterPort == 0)
@@ -170,6 +194,7 @@ LaunchConfig parseLaunch(int argc, char** argv, int first) {
   c.rdzvTimeoutSec = seconds(a, "rdzv-timeout", 300);
   c.graceSec = seconds(a, "grace", 5);
   c.authKeyFile = a.get("auth-key-file");
+  checkProcessLimits(c);
   return c;
 }
 
@@ -685,6 +710,8 @@ const char* kLaunchUsage =
     "store on A:P. Each rank gets TCCL_RANK, TCCL_WORLD_SIZE, TCCL_LOCAL_RANK,\n"
     "TCCL_STORE and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.\n"
     "The first rank to fail stops the others; launch exits with its status.\n"
+    "Limits: N in [1, 4096] and within ulimit -u (tagged output: 2N + 32 within ulimit -n),\n"
+    "M in [1, 65536], P in [0, 65535], seconds at most 30 days; each option once.\n"
     "See docs/launch.md.\n";
 
 int launchMain(int argc, char** argv, int first) {

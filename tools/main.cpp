@@ -1,6 +1,9 @@
 // tccl: the command-line tool. One file per subcommand.
 #include <cstring>
 #include <iostream>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "cli.hpp"
 #include "subcommands.hpp"
@@ -13,7 +16,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  demo    N worker processes run ring and naive all-reduce and report bytes vs the bound\n"
-    "          --world N (8) --size V elements (80000)\n"
+    "          --world N (8) --size V elements (80000, at most 2^40)\n"
     "          --dtype float64|float32|float16|bfloat16|int64|int32|int8|uint8\n"
     "          --op sum|prod|min|max|avg --iters K (5) --timeout-ms T (60000) --json\n"
     "  bench   nccl-tests-style sweep of any collective: time, algbw, busbw, #wrong, bytes/rank\n"
@@ -24,10 +27,10 @@ const char* kUsage =
     "          --csv --json --plot F.svg|F.png --crossover --scaling 2,4,8,16 --no-check\n"
     "  overlap a simulated training step: how much all-reduce time async and bucketed\n"
     "          communication hide behind the backward pass\n"
-    "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1)\n"
+    "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1, up to 1e6)\n"
     "          --compute-ms T|auto --caps 1M,5M,25M,100M --steps K (3) --plot F.svg --json\n"
     "  tune    measure the cost model's alpha (per message) and beta (bandwidth) between\n"
-    "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B\n"
+    "          ranks 0 and 1 and save them: --world N (2) --file F --iters K --bytes B (<= 4G)\n"
     "  launch  start a job's local ranks, torchrun-style; node 0 hosts the store\n"
     "          --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
     "          [--no-tag-output] [--timeout S] [--grace S] [--rdzv-timeout S]\n"
@@ -37,7 +40,27 @@ const char* kUsage =
     "          --reorder R | --count-mismatch R | --shrink [--kill R] | --all [--rank R]\n"
     "          --world N (4) --algo ring|tree|hd|rd|naive --timeout-ms T (3000) --count N\n"
     "          --iters K (10, shrink) --json   (exit 0: detection right; docs/faults.md)\n"
-    "  version print the version\n";
+    "  version print the version\n"
+    "\n"
+    "limits: demo, bench, overlap and tune run every rank here: --world 1..256 (tune 2..256,\n"
+    "  faults 2..64); --iters up to 1000000; --timeout-ms up to a day (faults 6 h); lists up\n"
+    "  to 64 items; sizes take K, M, G and must fit in 64 bits; a run whose ranks would need\n"
+    "  more memory than this machine has available is refused, saying how much. Bad values,\n"
+    "  repeated options and empty values are one line on stderr and exit status 2.\n";
+
+// "demo" for "_demo-worker": the name the user typed, for a worker's message.
+std::string shownName(const std::string& cmd) {
+  std::string s = cmd;
+  if (!s.empty() && s.front() == '_') s.erase(0, 1);
+  if (const auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash) + " worker";
+  return s;
+}
+
+// One line on stderr, whatever the message holds.
+void report(const std::string& cmd, const std::string& message) {
+  std::cerr << "tccl " << tccl::cli::oneLine(shownName(cmd)) << ": " << tccl::cli::oneLine(message)
+            << std::endl;
+}
 
 }  // namespace
 
@@ -65,13 +88,33 @@ int main(int argc, char** argv) {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;
     }
-    std::cerr << "tccl: unknown command '" << cmd << "' (try tccl --help)\n";
+    std::cerr << "tccl: unknown command " << tccl::cli::quoted(cmd) << " (try tccl --help)\n";
     return 2;
   } catch (const tccl::cli::UsageError& e) {
-    std::cerr << "tccl " << cmd << ": " << e.message << "\n";
+    report(cmd, e.message);
     return 2;
   } catch (const tccl::Error& e) {
-    std::cerr << "tccl " << cmd << ": " << e.what() << "\n";
+    report(cmd, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The parent checks sizes against the machine's memory first (checkMemory); this is
+    // what is left: memory taken by others meanwhile, or a limit (ulimit -v) below it.
+    report(cmd, "out of memory (std::bad_alloc): use smaller sizes or fewer ranks");
+    return 2;
+  } catch (const std::length_error& e) {
+    report(cmd, std::string("a size too large for this machine (") + e.what() + ")");
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    report(cmd, std::string("not a number where one was expected (") + e.what() + ")");
+    return 2;
+  } catch (const std::out_of_range& e) {
+    report(cmd, std::string("a number out of range (") + e.what() + ")");
+    return 2;
+  } catch (const std::exception& e) {
+    report(cmd, std::string("unexpected error: ") + e.what());
+    return 1;
+  } catch (...) {
+    report(cmd, "unexpected error");
     return 1;
   }
 }

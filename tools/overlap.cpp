@@ -95,9 +95,13 @@ std::vector<size_t> gpt2Small() {
   return t;
 }
 
+// 2^40 parameters a tensor: times --scale (at most 1e6) it still fits in 64 bits; the
+// memory check decides what runs.
+constexpr int64_t kMaxTensorParams = int64_t{1} << 40;
+
 std::vector<size_t> loadFile(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw UsageError{"cannot read --file " + path};
+  if (!f) throw UsageError{"cannot read --file " + quoted(path)};
   std::vector<size_t> t;
   std::string line;
   int lineNo = 0;
@@ -106,10 +110,13 @@ std::vector<size_t> loadFile(const std::string& path) {
     auto hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     std::istringstream is(line);
-    long long n;
-    if (!(is >> n)) continue;
-    if (n < 0) throw UsageError{path + ":" + std::to_string(lineNo) + ": negative parameter count"};
-    t.push_back(static_cast<size_t>(n));
+    std::string word, extra;
+    if (!(is >> word)) continue;  // blank or a comment
+    if (is >> extra)
+      throw UsageError{path + ":" + std::to_string(lineNo) + ": one integer per line, got " +
+                       quoted(line)};
+    t.push_back(static_cast<size_t>(parseInt(
+        word, path + ":" + std::to_string(lineNo) + ": a parameter count", 0, kMaxTensorParams)));
   }
   if (t.empty())
     throw UsageError{path + ": no parameter counts (one integer per line, forward order)"};
@@ -118,29 +125,33 @@ std::vector<size_t> loadFile(const std::string& path) {
 
 OverlapConfig parseOverlap(const Args& a) {
   OverlapConfig c;
-  c.world = static_cast<int>(a.getInt("world", 4));
+  c.world = getLocalWorld(a, "world", 4, 1);
   c.preset = a.get("preset", "resnet50");
   c.file = a.get("file", "");
+  if (a.get("preset") && !c.file.empty()) throw UsageError{"--preset and --file are exclusive"};
   c.scale = a.getDouble("scale", 1.0);
   const std::string cm = a.get("compute-ms", "auto");
   c.computeMs = cm == "auto" ? -1 : a.getDouble("compute-ms", -1);
-  if (cm != "auto" && c.computeMs < 0) throw UsageError{"--compute-ms must be >= 0 or auto"};
+  if (cm != "auto" && !(c.computeMs >= 0 && c.computeMs <= 3600000))
+    throw UsageError{"--compute-ms must be auto or in [0, 3600000] (an hour)"};
   if (auto caps = a.get("caps")) {
     c.caps.clear();
-    std::stringstream ss(*caps);
-    std::string item;
-    while (std::getline(ss, item, ',')) c.caps.push_back(parseSize(item));
+    for (const std::string& item : splitList("--caps", *caps, 32)) {
+      try {
+        c.caps.push_back(parseSize(item));
+      } catch (const UsageError& e) {
+        throw UsageError{"--caps: " + e.message};
+      }
+    }
   }
-  c.steps = static_cast<int>(a.getInt("steps", 3));
-  c.timeoutMs = a.getInt("timeout-ms", 300000);
+  c.steps = static_cast<int>(a.getInt("steps", 3, 1, 10000));
+  c.timeoutMs = a.getInt("timeout-ms", 300000, 1, kMaxTimeoutMs);
   c.plot = a.get("plot", "");
   c.json = a.flag("json");
-  if (c.world < 1) throw UsageError{"--world must be at least 1"};
   if (c.preset != "resnet50" && c.preset != "gpt2-small") {
     throw UsageError{"unknown --preset '" + c.preset + "' (resnet50 or gpt2-small; or --file)"};
   }
-  if (!(c.scale > 0)) throw UsageError{"--scale must be positive"};
-  if (c.steps < 1) throw UsageError{"--steps must be at least 1"};
+  if (!(c.scale > 0 && c.scale <= 1e6)) throw UsageError{"--scale must be in (0, 1e6]"};
   for (uint64_t cap : c.caps) {
     if (cap == 0) throw UsageError{"bucket caps must be positive"};
   }
@@ -513,10 +524,20 @@ int runWorker(const OverlapConfig& c) {
 int overlapMain(int argc, char** argv, int first) {
   Args a(argc, argv, first, kValueOptions, kFlags);
   OverlapConfig c = parseOverlap(a);
-  (void)modelOf(c);  // bad --file: one-line error here, not in every worker
+  // A bad --file: one line here, not one in every worker. Every rank holds its gradients,
+  // a flat copy (sync) and the buckets (the model again, and a cap more at most).
+  uint64_t params = 0;
+  for (size_t n : modelOf(c)) params = saturatingAdd(params, n);
+  const uint64_t model = saturatingMul(params, sizeof(float));
+  const uint64_t maxCap = c.caps.empty() ? 0 : *std::max_element(c.caps.begin(), c.caps.end());
+  checkMemory("--world " + std::to_string(c.world) + " with a model of " +
+                  formatBytes(static_cast<double>(model)) + " of gradients",
+              saturatingAdd(saturatingMul(model, 3), maxCap), c.world,
+              "gradients, their flat copy and the buckets");
   LocalRun run = runLocalRanks(c.world, "_overlap-worker", a.raw(),
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)),
                                std::chrono::milliseconds(5000));
+  throwIfRanksRefused(run.children);
   int rc = 0;
   for (const auto& ch : run.children) {
     if (!ch.ok()) {

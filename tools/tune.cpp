@@ -35,15 +35,16 @@ struct TuneConfig {
 
 TuneConfig parseTune(const Args& a) {
   TuneConfig c;
-  c.world = static_cast<int>(a.getInt("world", 2));
-  c.file = a.get("file", algo::LinkModel::tuneFilePath());
-  c.iters = static_cast<int>(a.getInt("iters", 200));
-  c.bytes = a.getSize("bytes", 8 << 20);
-  c.timeoutMs = a.getInt("timeout-ms", 60000);
-  c.json = a.flag("json");
-  if (c.world < 2)
+  if (a.getInt("world", 2) < 2)
     throw UsageError{"--world must be at least 2 (it measures between ranks 0 and 1)"};
-  if (c.iters < 1 || c.bytes < 1) throw UsageError{"--iters and --bytes must be positive"};
+  c.world = getLocalWorld(a, "world", 2, 2);
+  c.file = a.get("file", algo::LinkModel::tuneFilePath());
+  c.iters = static_cast<int>(a.getInt("iters", 200, 1, kMaxIters));
+  c.bytes = a.getSize("bytes", 8 << 20);
+  c.timeoutMs = a.getInt("timeout-ms", 60000, 1, kMaxTimeoutMs);
+  c.json = a.flag("json");
+  if (c.bytes < 1 || c.bytes > (uint64_t{1} << 32))
+    throw UsageError{"--bytes must be in [1, 4G] (got " + std::to_string(c.bytes) + ")"};
   if (c.file.empty()) throw UsageError{"no --file and no HOME or TCCL_TUNE_FILE to write to"};
   return c;
 }
@@ -72,9 +73,12 @@ double measureReduceGbps() {
 int tuneMain(int argc, char** argv, int first) {
   Args a(argc, argv, first, kValueOptions, kFlags);
   TuneConfig c = parseTune(a);
+  checkMemory("--world " + std::to_string(c.world) + " --bytes " + std::to_string(c.bytes), c.bytes,
+              c.world, "the transfer buffer");
   LocalRun run = runLocalRanks(c.world, "_tune-worker", a.raw(),
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 2)),
                                std::chrono::milliseconds(2000));
+  throwIfRanksRefused(run.children);
   for (const auto& ch : run.children) {
     if (!ch.ok()) {
       std::cerr << "tccl tune: rank " << ch.index << " " << ch.describe() << "\n";
