@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh build
 cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DTCCL_BUILD_TESTS=OFF >/dev/null
 cmake --build build-release --target tccl_cli >/dev/null
-exec ./build-release/tccl demo --world 8 "$@"
+exec ./build-release/tccl demo "$@"  # 8 ranks unless --world says otherwise
