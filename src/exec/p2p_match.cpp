@@ -119,11 +119,16 @@ void P2PEngine::onHeader(LinkState& ls, std::vector<P2PHandle>& completed) {
       for (auto it = streamingRecvs_.begin(); it != streamingRecvs_.end(); ++it) {
         P2PHandle op = it->second;
         if (op->remoteId == h.step && op->result_.source == ls.peer) {
+          // The sender gave up before our Cts reached it, so nothing of the message was
+          // sent: the receive never really matched. It goes back to being posted (it was
+          // posted before any receive still waiting) and may match a later message.
           streamingRecvs_.erase(it);
-          fail(op,
-               errorFor(*op, ErrorKind::Timeout,
-                        "the sender gave up on this message (its deadline passed first)"),
-               completed);
+          op->state = P2POp::State::Queued;
+          op->remoteId = 0;
+          op->expect = 0;
+          op->result_.source = -1;
+          op->result_.tag = -1;
+          if (!matchUnexpected(op, completed)) recvs_.push_front(op);
           return;
         }
       }

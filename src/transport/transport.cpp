@@ -450,6 +450,38 @@ bool Transport::service(Pending& p) {
   }
 }
 
+std::unique_ptr<Transport::Pending> Transport::dial(int peer, Lane lane, Deadline deadline) {
+  const std::string addr = publishedAddress(peer);
+  auto [host, port] = net::splitHostPort(addr);
+  auto pend = std::make_unique<Pending>();
+  // The address was published after listen(): a refusal means the peer is gone.
+  pend->fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
+  pend->address = addr;
+  pend->outgoing = true;
+  pend->peer = peer;
+  pend->lane = lane;
+  pend->stage = Stage::AwaitReply;
+  pend->since = Deadline::Clock::now();
+  wire::Hello h = myHello(wire::HelloKind::Hello, peer, lane);
+  if (cfg_.authKey) {
+    pend->transcript.protocol = auth::Protocol::Transport;
+    pend->transcript.jobId = cfg_.jobId;
+    pend->transcript.commId = cfg_.commId;
+    pend->transcript.dialler = cfg_.rank;
+    pend->transcript.acceptor = peer;
+    pend->transcript.worldSize = cfg_.worldSize;
+    pend->transcript.diallerNonce = auth::randomNonce();
+    h.nonce = pend->transcript.diallerNonce;
+  }
+  uint8_t out[wire::kHelloSize];
+  wire::encodeHello(h, out);
+  if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
+    throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, peer);
+  }
+  pend->bytesSent += sizeof out;
+  return pend;
+}
+
 void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane lane) {
   auto start = Deadline::Clock::now();
   std::unique_lock<std::mutex> lk(mu_);
@@ -492,43 +524,15 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       }
       std::this_thread::sleep_for(pause);
     }
-    std::string addr = publishedAddress(p);
-    auto [host, port] = net::splitHostPort(addr);
-    net::Fd fd;
+    std::unique_ptr<Pending> pend;
     try {
-      // The address was published after listen(): a refusal means the peer is gone.
-      fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
+      pend = dial(p, lane, deadline);
     } catch (Error& e) {
       ErrorInfo info = e.info();
       info.rank = cfg_.rank;
       info.peer = p;
       throwError(std::move(info));
     }
-    auto pend = std::make_unique<Pending>();
-    pend->fd = std::move(fd);
-    pend->address = addr;
-    pend->outgoing = true;
-    pend->peer = p;
-    pend->lane = lane;
-    pend->stage = Stage::AwaitReply;
-    pend->since = Deadline::Clock::now();
-    wire::Hello h = myHello(wire::HelloKind::Hello, p, lane);
-    if (cfg_.authKey) {
-      pend->transcript.protocol = auth::Protocol::Transport;
-      pend->transcript.jobId = cfg_.jobId;
-      pend->transcript.commId = cfg_.commId;
-      pend->transcript.dialler = cfg_.rank;
-      pend->transcript.acceptor = p;
-      pend->transcript.worldSize = cfg_.worldSize;
-      pend->transcript.diallerNonce = auth::randomNonce();
-      h.nonce = pend->transcript.diallerNonce;
-    }
-    uint8_t out[wire::kHelloSize];
-    wire::encodeHello(h, out);
-    if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
-      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, p);
-    }
-    pend->bytesSent += sizeof out;
     lk.lock();
     pending_.push_back(std::move(pend));
   }

@@ -175,6 +175,9 @@ class Transport : public LinkProvider {
   // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
   // Hello, then the service thread takes it over.
   void dialP2P(int peer);
+  // Dials `peer` for `lane` and sends the Hello (blocking, without mu_): the pending
+  // entry whose reply the service thread or connect() then reads.
+  std::unique_ptr<Pending> dial(int peer, Lane lane, Deadline deadline);
   bool p2pUnderWay(int peer) const;  // mu_ held
   // An incoming p2p dial from `peer` that loses to this rank's own dial (mu_ held).
   bool lostCrossedDial(int peer, Lane lane) const;

@@ -81,34 +81,7 @@ void Transport::dialP2P(int peer) {
       }
       std::this_thread::sleep_for(pause);
     }
-    const std::string addr = publishedAddress(peer);
-    auto [host, port] = net::splitHostPort(addr);
-    auto pend = std::make_unique<Pending>();
-    // The address was published after listen(): a refusal means the peer is gone.
-    pend->fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
-    pend->address = addr;
-    pend->outgoing = true;
-    pend->peer = peer;
-    pend->lane = Lane::P2P;
-    pend->stage = Stage::AwaitReply;
-    pend->since = Deadline::Clock::now();
-    wire::Hello h = myHello(wire::HelloKind::Hello, peer, Lane::P2P);
-    if (cfg_.authKey) {
-      pend->transcript.protocol = auth::Protocol::Transport;
-      pend->transcript.jobId = cfg_.jobId;
-      pend->transcript.commId = cfg_.commId;
-      pend->transcript.dialler = cfg_.rank;
-      pend->transcript.acceptor = peer;
-      pend->transcript.worldSize = cfg_.worldSize;
-      pend->transcript.diallerNonce = auth::randomNonce();
-      h.nonce = pend->transcript.diallerNonce;
-    }
-    uint8_t out[wire::kHelloSize];
-    wire::encodeHello(h, out);
-    if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
-      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, peer);
-    }
-    pend->bytesSent += sizeof out;
+    std::unique_ptr<Pending> pend = dial(peer, Lane::P2P, deadline);
     std::lock_guard<std::mutex> lk(mu_);
     dialling_.erase(peer);
     pending_.push_back(std::move(pend));

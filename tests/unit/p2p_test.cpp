@@ -300,6 +300,24 @@ TEST(P2P, SendThatIsNeverReceivedTimesOutNamingPeerAndTag) {
   }
 }
 
+// A send that timed out before its receive was posted: the receive posted later does not
+// fail on the cancelled message (its Cts crossed the Cancel); it takes the next one.
+TEST(P2P, ATimedOutSendLeavesALaterReceiveOfItsTagToTheNextMessage) {
+  World w(2, 0, 64 * 1024);
+  std::vector<uint8_t> first(1 << 20, 1), second = message(0, 1, 8, 1 << 20), in(1 << 20);
+  auto s1 = P2PEngine::makeSend(first.data(), first.size(), 1, 8, Deadline::after(100ms), 100);
+  w.engines[0]->post(s1);
+  EXPECT_THROW(w.engines[0]->wait(s1), TimeoutError);
+  // Rank 1 has posted nothing meanwhile, so the Rts and the Cancel wait in its link.
+  auto v = P2PEngine::makeRecv(in.data(), in.size(), 0, 8, soon(), 20000);
+  w.engines[1]->post(v);
+  auto s2 = P2PEngine::makeSend(second.data(), second.size(), 1, 8, soon(), 20000);
+  w.engines[0]->post(s2);
+  w.engines[0]->wait(s2);
+  w.engines[1]->wait(v);
+  EXPECT_EQ(firstWrong(in, 0, 1, 8), -1);
+}
+
 TEST(P2P, ReceiveThatNeverMatchesTimesOut) {
   World w(3, 0, 64 * 1024);
   uint32_t x = 0;
