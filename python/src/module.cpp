@@ -11,7 +11,9 @@
 //   with every ErrorInfo field as an attribute (None when unknown).
 // - An asynchronous call's Work holds its buffers (and the communicator) until it is
 //   completed and dropped; dropping an unfinished Work waits for it first, because the
-//   collective is still writing into memory Python would otherwise free.
+//   collective is still writing into memory Python would otherwise free. The Python side
+//   keeps the Works of an open point-to-point group until groupEnd, since the
+//   operations are not posted before (and issues blocking send/recv there as async ones).
 // - What each collective's buffers must hold on this rank, which ranks have them, and the
 //   in-place rules come from the collective table (src/algorithms/collective_spec.hpp),
 //   the one the communicator validates against: the checks here only say it earlier, in
@@ -283,14 +285,20 @@ class PyWork {
     return true;
   }
   bool isCompleted() const { return work_->isCompleted(); }
-  bool isSuccess() const { return work_->isCompleted() && !work_->exception(); }
+  bool isSuccess() const { return done(); }
   py::object stats() const {
     if (!work_->isCompleted()) return py::none();
     return toDict(work_->stats());
   }
   int64_t seq() const { return work_->seq(); }
+  // A receive's sender and tag once it completed successfully; None before, and for
+  // anything else.
+  py::object source() const { return done() ? orNone(work_->source()) : py::none(); }
+  py::object tag() const { return done() ? orNone(work_->tag()) : py::none(); }
 
  private:
+  bool done() const { return work_->isCompleted() && !work_->exception(); }
+
   tccl::WorkPtr work_;
   CommPtr comm_;
   std::vector<BufferPtr> buffers_;
@@ -671,9 +679,13 @@ void bindCommunicator(py::module_& m) {
           },
           py::arg("send"), py::arg("recv"), py::arg("root"), py::arg("async_op"),
           py::arg("timeout_ms"), py::arg("dtype"))
+      // Point to point (docs/python.md): tag >= 0; a receive's peer may be -1 (any
+      // source) and its tag -1 (any tag). A blocking receive returns (source, tag, count),
+      // (-1, -1, 0) inside a group, where it is only recorded until group_end.
       .def(
           "send",
-          [](const CommPtr& c, py::handle buf, int peer, bool async, OptMs timeoutMs, OptDt dt) {
+          [](const CommPtr& c, py::handle buf, int peer, int tag, bool async, OptMs timeoutMs,
+             OptDt dt) {
             std::vector<BufferPtr> b;
             b.push_back(take(buf, false, "tensor", dt, *c));
             const void* p = b[0]->data();
@@ -681,30 +693,37 @@ void bindCommunicator(py::module_& m) {
             const auto t = b[0]->dtype();
             const auto o = callOptions(timeoutMs, tccl::Algorithm::Auto);
             return execute(c, std::move(b), async, [&](tccl::Communicator& k, bool a) {
-              if (a) return k.sendAsync(p, n, t, peer, o);
-              k.send(p, n, t, peer, o);
+              if (a) return k.sendAsync(p, n, t, peer, tag, o);
+              k.send(p, n, t, peer, tag, o);
               return tccl::WorkPtr();
             });
           },
-          py::arg("buf"), py::arg("peer"), py::arg("async_op"), py::arg("timeout_ms"),
-          py::arg("dtype"))
+          py::arg("buf"), py::arg("peer"), py::arg("tag"), py::arg("async_op"),
+          py::arg("timeout_ms"), py::arg("dtype"))
       .def(
           "recv",
-          [](const CommPtr& c, py::handle buf, int peer, bool async, OptMs timeoutMs, OptDt dt) {
+          [](const CommPtr& c, py::handle buf, int peer, int tag, bool async, OptMs timeoutMs,
+             OptDt dt) {
             std::vector<BufferPtr> b;
             b.push_back(take(buf, true, "tensor", dt, *c));
             void* p = b[0]->data();
             const size_t n = b[0]->count();
             const auto t = b[0]->dtype();
             const auto o = callOptions(timeoutMs, tccl::Algorithm::Auto);
-            return execute(c, std::move(b), async, [&](tccl::Communicator& k, bool a) {
-              if (a) return k.recvAsync(p, n, t, peer, o);
-              k.recv(p, n, t, peer, o);
+            tccl::RecvStatus st;
+            py::object work = execute(c, std::move(b), async, [&](tccl::Communicator& k, bool a) {
+              if (a) return k.recvAsync(p, n, t, peer, tag, o);
+              st = k.recv(p, n, t, peer, tag, o);
               return tccl::WorkPtr();
             });
+            if (async) return work;
+            return py::object(py::make_tuple(st.source, st.tag, st.count));
           },
-          py::arg("buf"), py::arg("peer"), py::arg("async_op"), py::arg("timeout_ms"),
-          py::arg("dtype"));
+          py::arg("buf"), py::arg("peer"), py::arg("tag"), py::arg("async_op"),
+          py::arg("timeout_ms"), py::arg("dtype"))
+      // groupStart / groupEnd: groupEnd posts the group and waits for its blocking calls.
+      .def("group_start", &tccl::Communicator::groupStart, py::call_guard<py::gil_scoped_release>())
+      .def("group_end", &tccl::Communicator::groupEnd, py::call_guard<py::gil_scoped_release>());
 }
 
 // ---- stores ---------------------------------------------------------------------------
@@ -870,5 +889,7 @@ PYBIND11_MODULE(_tccl, m) {
       .def("is_completed", &PyWork::isCompleted)
       .def("is_success", &PyWork::isSuccess)
       .def_property_readonly("stats", &PyWork::stats)
-      .def_property_readonly("seq", &PyWork::seq);
+      .def_property_readonly("seq", &PyWork::seq)
+      .def_property_readonly("source", &PyWork::source)
+      .def_property_readonly("tag", &PyWork::tag);
 }

@@ -18,6 +18,7 @@ failure's fields (kind, rank, culprit, collective, seq, step, ...). See docs/pyt
 import atexit as _atexit
 import datetime as _datetime
 import sys as _sys
+import threading as _threading
 
 from . import _tccl
 from ._tccl import (  # noqa: F401  (re-exported)
@@ -40,8 +41,13 @@ __all__ = [
     "is_initialized", "get_rank", "get_world_size", "default_communicator", "all_reduce",
     "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
     "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter", "send", "recv",
-    "isend", "irecv", "stats", "reset_stats", "last_call",
+    "isend", "irecv", "ANY_SOURCE", "ANY_TAG", "P2POp", "batch_isend_irecv", "group_start",
+    "group_end", "group", "stats", "reset_stats", "last_call",
 ]
+
+# Point to point: a receive from any rank, or with any tag (src=None / tag=None say the same).
+ANY_SOURCE = -1
+ANY_TAG = -1
 
 # ---- errors -----------------------------------------------------------------------------
 
@@ -240,13 +246,19 @@ class Work:
     for it first.
     """
 
-    def __init__(self, work, finish=None):
+    def __init__(self, work, finish=None, group=None):
         self._work = work
         self._finish = finish
+        self._group = group  # the point-to-point group it was issued in, if any
 
     def wait(self, timeout=None):
         """Blocks until done (or, with a timeout in seconds/timedelta, raises
         tccl.TimeoutError if not done by then; the call goes on). Returns True."""
+        if self._group is not None and self._group.open:
+            raise InvalidArgumentError(
+                "tccl: wait() inside the group that issued the operation: a group's "
+                "operations are posted at its end (after the with block, or group_end()); "
+                "wait after it")
         self._work.wait(_wait_ms(timeout))
         if self._finish is not None:
             finish, self._finish = self._finish, None
@@ -268,6 +280,41 @@ class Work:
     def seq(self):
         return self._work.seq
 
+    @property
+    def source(self):
+        """A receive's sender, once it completed (None before, and for other calls)."""
+        return self._work.source
+
+    @property
+    def tag(self):
+        """A receive's message tag, once it completed (None before, and for other calls)."""
+        return self._work.tag
+
+
+class _Group:
+    """One thread's open point-to-point group on one communicator."""
+
+    def __init__(self):
+        self.open = True
+        self.depth = 1
+        self.works = []     # every operation issued in it (kept until it is posted)
+        self.deferred = []  # those of blocking send/recv, completed at its end
+
+
+class _GroupContext:
+    """`with comm.group():` -- group_start() on entry, group_end() on exit."""
+
+    def __init__(self, comm):
+        self._comm = comm
+
+    def __enter__(self):
+        self._comm.group_start()
+        return self._comm
+
+    def __exit__(self, exc_type, exc, tb):
+        self._comm._group_end(raising=exc_type is not None)
+        return False
+
 
 class Communicator:
     """One rank's communicator: every rank builds one with the same store and world size.
@@ -283,6 +330,8 @@ class Communicator:
             _impl = _tccl._Communicator(store, rank, world_size, _timeout_ms(timeout), name,
                                         listen_address, segment_bytes)
         self._c = _impl
+        self._local = _threading.local()  # .group: this thread's open p2p group
+        self._parked = []  # operations of groups left by an exception, until they complete
 
     @classmethod
     def from_env(cls, timeout=None, name="default", listen_address="", segment_bytes=0):
@@ -463,21 +512,161 @@ class Communicator:
             inp, _ = _as_buffer(scatter_list, "scatter_list")
         return self._wrap(self._c.scatter(inp, ob, src, async_op, _timeout_ms(timeout), dt))
 
-    def send(self, tensor, dst, *, timeout=None):
-        b, dt = _as_buffer(tensor, "tensor")
-        self._c.send(b, dst, False, _timeout_ms(timeout), dt)
+    # -- point to point (MPI's matching; docs/python.md) --
 
-    def recv(self, tensor, src, *, timeout=None):
-        b, dt = _as_buffer(tensor, "tensor")
-        self._c.recv(b, src, False, _timeout_ms(timeout), dt)
+    def _open_group(self):
+        return getattr(self._local, "group", None)
 
-    def isend(self, tensor, dst, *, timeout=None):
+    def _p2p(self, is_send, tensor, peer, tag, timeout, blocking):
+        """Issues one send or receive: a blocking one returns its (source, tag, count), an
+        asynchronous one its Work. Inside a group, a blocking one is issued as an
+        asynchronous one and completed at the group's end (returns None)."""
+        if self._parked:
+            self._parked = [w for w in self._parked if not w.is_completed()]
         b, dt = _as_buffer(tensor, "tensor")
-        return self._wrap(self._c.send(b, dst, True, _timeout_ms(timeout), dt))
+        call = self._c.send if is_send else self._c.recv
+        g = self._open_group()
+        if g is None:
+            if blocking:
+                return call(b, peer, tag, False, _timeout_ms(timeout), dt)
+            return Work(call(b, peer, tag, True, _timeout_ms(timeout), dt))
+        work = Work(call(b, peer, tag, True, _timeout_ms(timeout), dt), group=g)
+        g.works.append(work._work)  # an unfinished _Work dropped now would wait: not yet
+        if blocking:
+            g.deferred.append(work)
+            return None
+        return work
 
-    def irecv(self, tensor, src, *, timeout=None):
-        b, dt = _as_buffer(tensor, "tensor")
-        return self._wrap(self._c.recv(b, src, True, _timeout_ms(timeout), dt))
+    def send(self, tensor, dst, *, tag=0, timeout=None):
+        """Sends tensor to rank dst with tag (>= 0); returns once its bytes are on the
+        wire (a small one may return before dst receives it). Inside a group: recorded,
+        and completed at the group's end."""
+        self._p2p(True, tensor, dst, tag, timeout, True)
+
+    def recv(self, tensor, src=None, *, tag=0, timeout=None):
+        """Receives into tensor the first message from src (None: any rank) with tag
+        (None: any tag); returns the sender's rank. tensor is a capacity: a shorter message
+        fills its beginning (Work.stats["bytes"] of irecv says how long), a longer one
+        fails with InvalidArgumentError (truncation). Inside a group: recorded, completed
+        at the group's end, and returns None."""
+        st = self._p2p(False, tensor, _source(src), _recv_tag(tag), timeout, True)
+        return None if st is None else st[0]
+
+    def isend(self, tensor, dst, *, tag=0, timeout=None):
+        """send, asynchronously: returns a Work."""
+        return self._p2p(True, tensor, dst, tag, timeout, False)
+
+    def irecv(self, tensor, src=None, *, tag=0, timeout=None):
+        """recv, asynchronously: returns a Work whose .source and .tag name the message
+        once wait() returned."""
+        return self._p2p(False, tensor, _source(src), _recv_tag(tag), timeout, False)
+
+    def group_start(self):
+        """Opens a group on this thread (ncclGroupStart): the point-to-point calls until
+        group_end() are recorded, then posted as one. Groups nest. Prefer `with group()`."""
+        self._c.group_start()
+        g = self._open_group()
+        if g is None:
+            self._local.group = _Group()
+        else:
+            g.depth += 1
+
+    def group_end(self):
+        """Closes the group (ncclGroupEnd): the outermost one posts every operation recorded
+        and waits for the blocking send/recv among them, raising the first error."""
+        self._group_end(raising=False)
+
+    def _group_end(self, raising):
+        g = self._open_group()
+        if g is None:
+            raise InvalidArgumentError("tccl: group_end without a matching group_start")
+        if g.depth > 1:
+            g.depth -= 1
+            self._c.group_end()
+            return
+        g.open = False
+        self._local.group = None
+        # The group lets go of its operations (the Works returned hold their own); those
+        # dropped unfinished are waited for by their destructor when `works` goes, below.
+        works, g.works = g.works, []
+        deferred, g.deferred = g.deferred, []
+        self._c.group_end()  # posts (the blocking calls were issued as asynchronous ones)
+        if raising:
+            # The block raised: do not wait for its operations (they complete, or fail at
+            # their deadline, on their own); keep the unfinished ones' buffers held.
+            self._parked.extend(w for w in works if not w.is_completed())
+            return
+        first = None
+        for w in deferred:
+            try:
+                w.wait()
+            except Error as e:
+                if first is None:
+                    first = e
+        del works
+        if first is not None:
+            raise first
+
+    def group(self):
+        """`with comm.group(): comm.isend(...); comm.irecv(...)`: the calls in the block
+        are posted as one at its end, where its blocking send/recv complete. The Works of
+        isend/irecv are waited for after the block. An exception in the block still closes
+        the group (its operations are posted, and not waited for)."""
+        return _GroupContext(self)
+
+
+def _source(src):
+    return ANY_SOURCE if src is None else src
+
+
+def _recv_tag(tag):
+    return ANY_TAG if tag is None else tag
+
+
+class P2POp:
+    """One operation for batch_isend_irecv (torch.distributed.P2POp): op is isend or irecv
+    (a Communicator's, or tccl's own on the default communicator); peer is the
+    destination or source; tag as for isend/irecv."""
+
+    def __init__(self, op, tensor, peer, tag=0):
+        comm = getattr(op, "__self__", None)
+        if isinstance(comm, Communicator) and getattr(op, "__func__", None) in (
+                Communicator.isend, Communicator.irecv):
+            is_send = op.__func__ is Communicator.isend
+        elif op in (isend, irecv):
+            comm, is_send = None, op is isend
+        else:
+            raise InvalidArgumentError(
+                f"tccl: P2POp's op must be isend or irecv (tccl's or a Communicator's), not "
+                f"{op!r}")
+        self.op, self.tensor, self.peer, self.tag = op, tensor, peer, tag
+        self._comm, self._is_send = comm, is_send
+
+    def __repr__(self):
+        return (f"P2POp({'isend' if self._is_send else 'irecv'}, peer={self.peer}, "
+                f"tag={self.tag})")
+
+
+def batch_isend_irecv(p2p_op_list):
+    """Posts the operations as one group (torch.distributed.batch_isend_irecv) and returns
+    their Works, in order. Every op must be on the same communicator."""
+    ops = list(p2p_op_list)
+    if not ops or not all(isinstance(p, P2POp) for p in ops):
+        raise InvalidArgumentError("tccl: batch_isend_irecv takes a non-empty list of P2POp")
+    comms = {id(p._comm or default_communicator()): p._comm or default_communicator()
+             for p in ops}
+    if len(comms) != 1:
+        raise InvalidArgumentError(
+            "tccl: batch_isend_irecv: every P2POp must be on the same communicator")
+    (comm,) = comms.values()
+    works = []
+    with comm.group():
+        for p in ops:
+            if p._is_send:
+                works.append(comm.isend(p.tensor, p.peer, tag=p.tag))
+            else:
+                works.append(comm.irecv(p.tensor, p.peer, tag=p.tag))
+    return works
 
 
 # ---- the default communicator (torch.distributed-style functions) ----------------------------
@@ -585,20 +774,34 @@ def scatter(tensor, scatter_list=None, src=0, async_op=False, **kw):
     return default_communicator().scatter(tensor, scatter_list, src, async_op, **kw)
 
 
-def send(tensor, dst, **kw):
-    return default_communicator().send(tensor, dst, **kw)
+def send(tensor, dst, *, tag=0, timeout=None):
+    return default_communicator().send(tensor, dst, tag=tag, timeout=timeout)
 
 
-def recv(tensor, src, **kw):
-    return default_communicator().recv(tensor, src, **kw)
+def recv(tensor, src=None, *, tag=0, timeout=None):
+    """Returns the sender's rank (src None: from any rank; tag None: any tag)."""
+    return default_communicator().recv(tensor, src, tag=tag, timeout=timeout)
 
 
-def isend(tensor, dst, **kw):
-    return default_communicator().isend(tensor, dst, **kw)
+def isend(tensor, dst, *, tag=0, timeout=None):
+    return default_communicator().isend(tensor, dst, tag=tag, timeout=timeout)
 
 
-def irecv(tensor, src, **kw):
-    return default_communicator().irecv(tensor, src, **kw)
+def irecv(tensor, src=None, *, tag=0, timeout=None):
+    return default_communicator().irecv(tensor, src, tag=tag, timeout=timeout)
+
+
+def group_start():
+    default_communicator().group_start()
+
+
+def group_end():
+    default_communicator().group_end()
+
+
+def group():
+    """`with tccl.group(): ...` on the default communicator (see Communicator.group)."""
+    return default_communicator().group()
 
 
 def stats():

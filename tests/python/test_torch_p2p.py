@@ -50,9 +50,8 @@ def test_many_small_messages_in_flight():
 
 
 def test_send_nobody_receives_fails_naming_peer_and_tag():
-    # The group's 2 s timeout is the deadline (TCCL_TIMEOUT_MS, which CTest sets, would
-    # override it).
+    # torch's timeout (2 s) is the deadline: TCCL_TIMEOUT_MS (CTest sets 60 s) would override it.
     results = run_ranks("torch_p2p_worker.py", 2, ["noreceiver", 4 << 20], torch_store=True,
-                        timeout=90, env={"TCCL_TIMEOUT_MS": ""})
+                        timeout=90, env={"TCCL_TIMEOUT_MS": "2000"})
     ok(results, "noreceiver")
     assert any(line.startswith("ERROR ") for line in results[0].stdout.splitlines())

@@ -14,31 +14,15 @@ import torch.distributed as dist
 
 import tccl.torch_backend  # noqa: F401  (registers "tccl")
 
-
-CHUNK = 1 << 22  # elements per step: int64 temporaries of 32 MiB, whatever the size
+import p2p_pattern  # the bytes sent, built and checked without 8-byte indices
 
 
 def pattern(src, dst, tag, n):
-    out = torch.empty(n, dtype=torch.uint8)
-    for lo in range(0, n, CHUNK):
-        i = torch.arange(lo, min(n, lo + CHUNK), dtype=torch.int64)
-        v = (i * 131) ^ (src * 17) ^ (dst * 5) ^ (tag * 3) ^ (i >> 9)
-        out[lo:lo + i.numel()] = (v & 0xFF).to(torch.uint8)
-    return out
+    return torch.from_numpy(p2p_pattern.pattern(src, dst, tag, n))
 
 
 def expect(got, src, dst, tag, what):
-    n = got.numel()
-    for lo in range(0, n, CHUNK):
-        hi = min(n, lo + CHUNK)
-        i = torch.arange(lo, hi, dtype=torch.int64)
-        want = ((i * 131) ^ (src * 17) ^ (dst * 5) ^ (tag * 3) ^ (i >> 9)) & 0xFF
-        part = got[lo:hi].to(torch.int64)
-        if not torch.equal(part, want):
-            bad = (part != want).nonzero()[0].item()
-            raise AssertionError(f"rank {dist.get_rank()} {what}: first wrong byte at "
-                                 f"{lo + bad} of {n}: got {part[bad].item()}, "
-                                 f"want {want[bad].item()}")
+    p2p_pattern.check(got.numpy(), src, dst, tag, what, dist.get_rank())
 
 
 def main():
