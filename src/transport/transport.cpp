@@ -482,6 +482,54 @@ std::unique_ptr<Transport::Pending> Transport::dial(int peer, Lane lane, Deadlin
   return pend;
 }
 
+bool Transport::awaitAddress(int peer, Deadline deadline, const std::function<bool()>& stop) {
+  const std::string key = addrKey(peer);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline.isNever()
+          ? std::chrono::hours(24 * 365)
+          : std::max(Deadline::Clock::duration::zero(), deadline.at() - Deadline::Clock::now()));
+  // Poll rather than block in the store, so that an abort can interrupt the wait.
+  for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
+       pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+    if (stop()) return false;
+    if (deadline.expired()) {
+      ErrorInfo info;
+      info.kind = ErrorKind::Timeout;
+      info.rank = cfg_.rank;
+      info.peer = peer;
+      info.timeoutMs = left.count();
+      info.message = "rank " + std::to_string(peer) +
+                     " never published its address (missing store key " + key + ")";
+      throwError(std::move(info));
+    }
+    std::this_thread::sleep_for(pause);
+  }
+  return true;
+}
+
+ErrorInfo Transport::connectTimeout(const std::vector<int>& missing, Lane lane,
+                                    Deadline::Clock::time_point start) const {
+  ErrorInfo info;
+  info.kind = ErrorKind::Timeout;
+  info.rank = cfg_.rank;
+  info.peer = missing.front();
+  std::ostringstream os;
+  os << "could not connect to rank(s)";
+  for (int p : missing) os << " " << p;
+  if (lane == Lane::P2P) os << " on the p2p lane";
+  os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
+  for (int p : missing) {
+    auto r = refused_.find(p);
+    if (r != refused_.end()) {
+      os << "; a connection claiming to be rank " << p << " was refused: " << r->second;
+    }
+  }
+  info.message = os.str();
+  info.elapsedMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start).count();
+  return info;
+}
+
 void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane lane) {
   auto start = Deadline::Clock::now();
   std::unique_lock<std::mutex> lk(mu_);
@@ -503,26 +551,8 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
     for (const auto& q : pending_) dialled |= (q->outgoing && q->peer == p && q->lane == lane);
     if (dialled) continue;
     lk.unlock();
-    const std::string key = addrKey(p);
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline.isNever()
-            ? std::chrono::hours(24 * 365)
-            : std::max(Deadline::Clock::duration::zero(), deadline.at() - Deadline::Clock::now()));
-    // Poll rather than block in the store, so that an abort can interrupt the wait.
-    for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
-         pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
-      if (abortFlag_ && abortFlag_->load()) throwInterrupted(p);
-      if (deadline.expired()) {
-        ErrorInfo info;
-        info.kind = ErrorKind::Timeout;
-        info.rank = cfg_.rank;
-        info.peer = p;
-        info.timeoutMs = left.count();
-        info.message = "rank " + std::to_string(p) +
-                       " never published its address (missing store key " + key + ")";
-        throwError(std::move(info));
-      }
-      std::this_thread::sleep_for(pause);
+    if (!awaitAddress(p, deadline, [this] { return abortFlag_ && abortFlag_->load(); })) {
+      throwInterrupted(p);
     }
     std::unique_ptr<Pending> pend;
     try {
@@ -576,25 +606,7 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
     std::vector<int> m = missing();
     if (m.empty()) return;
     if (deadline.expired()) {
-      ErrorInfo info;
-      info.kind = ErrorKind::Timeout;
-      info.rank = cfg_.rank;
-      info.peer = m.front();
-      std::ostringstream os;
-      os << "could not connect to rank(s)";
-      for (int p : m) os << " " << p;
-      if (lane == Lane::P2P) os << " on the p2p lane";
-      os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
-      for (int p : m) {
-        auto r = refused_.find(p);
-        if (r != refused_.end()) {
-          os << "; a connection claiming to be rank " << p << " was refused: " << r->second;
-        }
-      }
-      info.message = os.str();
-      info.elapsedMs =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)
-              .count();
+      ErrorInfo info = connectTimeout(m, lane, start);
       lk.unlock();
       info.peerAddress = publishedAddress(m.front());
       throwError(std::move(info));

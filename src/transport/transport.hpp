@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -178,6 +179,12 @@ class Transport : public LinkProvider {
   // Dials `peer` for `lane` and sends the Hello (blocking, without mu_): the pending
   // entry whose reply the service thread or connect() then reads.
   std::unique_ptr<Pending> dial(int peer, Lane lane, Deadline deadline);
+  // Waits (without mu_) until `peer` published its address: true once it has, false if
+  // stop() said so first; throws a Timeout naming the missing key at the deadline.
+  bool awaitAddress(int peer, Deadline deadline, const std::function<bool()>& stop);
+  // connect()'s error when `missing` never connected by its deadline (mu_ held).
+  ErrorInfo connectTimeout(const std::vector<int>& missing, Lane lane,
+                           Deadline::Clock::time_point start) const;
   bool p2pUnderWay(int peer) const;  // mu_ held
   // An incoming p2p dial from `peer` that loses to this rank's own dial (mu_ held).
   bool lostCrossedDial(int peer, Lane lane) const;

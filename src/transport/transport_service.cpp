@@ -67,19 +67,12 @@ void Transport::dialP2P(int peer) {
     signalLinkEvent();
   };
   try {
-    const std::string key = addrKey(peer);
-    for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
-         pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
-      if (stopping_.load() || deadline.expired()) {
-        ErrorInfo info;
-        info.kind = ErrorKind::Timeout;
-        info.timeoutMs = cfg_.dialTimeout.count();
-        info.message = "rank " + std::to_string(peer) +
-                       " never published its address (missing store key " + key + ")";
-        fail(std::move(info));
-        return;
-      }
-      std::this_thread::sleep_for(pause);
+    if (!awaitAddress(peer, deadline, [this] { return stopping_.load(); })) {
+      ErrorInfo info;
+      info.kind = ErrorKind::Aborted;
+      info.message = "the transport closed while dialling";
+      fail(std::move(info));
+      return;
     }
     std::unique_ptr<Pending> pend = dial(peer, Lane::P2P, deadline);
     std::lock_guard<std::mutex> lk(mu_);
