@@ -1,6 +1,8 @@
 // Schedules of the collectives other than all-reduce. Each function documents its
 // buffers (with their origins in the logical vector), steps, and bytes per rank.
-// N = world size, c = elements per block.
+// N = world size, c = elements per block. The local parts of a result (the copies named
+// below) are not in these schedules: the collective table's build() adds them as Copy
+// ops (algorithms/collective_spec.hpp).
 #pragma once
 
 #include <cstddef>
@@ -14,17 +16,17 @@ namespace tccl::algo {
 // Step s = 0..N-2: send block (r-s-1) [from Input at s = 0, else Scratch] to r+1;
 // receive block (r-s-2) from r-1 and reduce with Input into Scratch (the last step:
 // into Output, where block r is complete; avg divides there).
-// Bytes sent per rank: (N-1) * c. N == 1 is a local copy (by the communicator).
+// Bytes sent per rank: (N-1) * c. N == 1 is a local copy.
 Schedule ringReduceScatter(int rank, int n, size_t c, size_t segElems);
 
 // Ring all-gather. Logical vector: N blocks of c (Output, origin 0); Input is block r
-// (origin r*c), copied into Output by the communicator when not in place.
+// (origin r*c), copied into Output locally (a no-op in place).
 // Step s = 0..N-2: send block (r-s) [from Input at s = 0, else Output] to r+1; receive
 // block (r-s-1) from r-1 into Output. Bytes sent per rank: (N-1) * c.
 Schedule ringAllGather(int rank, int n, size_t c, size_t segElems);
 
-// Broadcast of c elements from root (Input at root, Output elsewhere; the
-// communicator passes the same buffer for both in place).
+// Broadcast of c elements from root (Input at root, Output everywhere; the root's
+// Input is copied into its Output locally, a no-op in place).
 // Binomial tree: relative rank v = (r - root) mod N receives from v - 2^k (k the
 // lowest set bit of v) and sends to v + 2^j for 2^j < 2^k, v + 2^j < N, largest j
 // first; ceil(log2 N) rounds; every non-root receives c; the root sends
@@ -48,7 +50,7 @@ Schedule disseminationBarrier(int rank, int n);
 
 // All-to-all: Input and Output are N blocks of c (origin 0); block p of Input goes
 // to rank p and lands in its Output block r. All N-1 exchanges run at once. Block r
-// is copied locally by the communicator. Bytes sent per rank: (N-1) * c.
+// is copied locally. Bytes sent per rank: (N-1) * c.
 Schedule pairwiseAllToAll(int rank, int n, size_t c, size_t segElems);
 
 // Gather to root: every rank sends its c elements (Input, origin 0) to the root, which

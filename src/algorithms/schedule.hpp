@@ -20,8 +20,9 @@ namespace tccl::algo {
 enum class BufferId : uint8_t { Input, Output, Scratch };
 // Send and Recv move a range to or from `peer`. Copy is local (peer -1): dst[range] =
 // buffer[range], then (finalize) Avg's division; a schedule states its local copies
-// and world-size-1 results this way instead of leaving them to the communicator.
-// A Copy from a buffer to itself at the same place (in place) is skipped.
+// and world-size-1 results this way (collective_spec.cpp's build adds them), so the
+// communicator copies nothing itself. A Copy whose source and destination resolve to
+// the same address (in place) copies nothing, but still divides when it finalizes.
 enum class OpType : uint8_t { Send, Recv, Copy };
 enum class RecvAction : uint8_t {
   Copy,    // the payload lands directly in dst[range]
@@ -54,8 +55,6 @@ struct Schedule {
   std::vector<Op> ops;
   std::vector<Phase> phases;
   std::vector<int> peers;  // distinct peers, ascending
-  // A rank with no receive that finalizes some range (world 1) is handled by the
-  // communicator, not the schedule.
   // Elements of scratch space the schedule needs (0: none).
   size_t scratchElems = 0;
 

@@ -1,7 +1,9 @@
 // What one call of a Communicator is, as its rooms pass it along (core/comm_impl.hpp):
 // the public calls fill a PreparedCall, validation checks it, the call queue numbers and
 // runs it, and the failure protocol describes what a rank ran (Running) in its
-// heartbeats and signatures.
+// heartbeats and signatures. What each collective asks of its call (its name, buffers,
+// in-place layout, root, op, algorithms) is its row of the collective table
+// (algorithms/collective_spec.hpp), indexed by algo::Collective.
 #pragma once
 
 #include <chrono>
@@ -10,37 +12,14 @@
 #include <optional>
 #include <string>
 
+#include "algorithms/collective_spec.hpp"
 #include "tccl/types.hpp"
 
 namespace tccl {
 
-enum class CallKind : uint8_t {
-  AllReduce,
-  ReduceScatter,
-  AllGather,
-  Broadcast,
-  Reduce,
-  Barrier,
-  AllToAll,
-  Gather,
-  Scatter,
-};
-
-// "allreduce", "reduce_scatter", ... (as errors, logs and stats name them).
-const char* kindName(CallKind k);
-// The collectives that take a reduction op.
-inline bool reduces(CallKind k) {
-  return k == CallKind::AllReduce || k == CallKind::ReduceScatter || k == CallKind::Reduce;
-}
-// The collectives with a root.
-inline bool rooted(CallKind k) {
-  return k == CallKind::Broadcast || k == CallKind::Reduce || k == CallKind::Gather ||
-         k == CallKind::Scatter;
-}
-
 // A call that passed validation and has its place in the issue order.
 struct PreparedCall {
-  CallKind kind = CallKind::AllReduce;
+  algo::Collective kind = algo::Collective::AllReduce;
   const uint8_t* in = nullptr;
   uint8_t* out = nullptr;
   size_t count = 0;  // per rank (see each collective's convention)
@@ -50,12 +29,13 @@ struct PreparedCall {
   Algorithm algorithm = Algorithm::Ring;
   std::string why = "requested";
   std::optional<std::chrono::milliseconds> timeout;
-  int64_t seq = -1;  // collectives: the communicator's sequence; p2p: per peer and direction
+  int64_t seq = -1;      // collectives: the communicator's sequence; p2p: per peer and direction
+  bool inPlace = false;  // the buffers are the collective's in-place layout (algo::classify)
 };
 
 // What a rank is running now, for its heartbeat record (formatted by that thread).
 struct Running {
-  CallKind kind = CallKind::AllReduce;
+  algo::Collective kind = algo::Collective::AllReduce;
   size_t count = 0;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;

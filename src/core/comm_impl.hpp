@@ -147,9 +147,11 @@ struct Communicator::Impl {
   // Checks a call's arguments and settles its algorithm (but auto all-reduce, which
   // execute decides); throws InvalidArgument, which leaves the communicator usable.
   void validate(PreparedCall& call) const;
-  void checkBuffers(const PreparedCall& call) const;
+  void checkBuffers(PreparedCall& call) const;
   void settleAlgorithm(PreparedCall& call) const;
   [[noreturn]] void invalid(const std::string& msg) const;
+  // invalid("<collective>: " + why), the collective named by its row of the table.
+  [[noreturn]] void invalidCall(const PreparedCall& call, const std::string& why) const;
 
   // ---- the call queue and execution (progress.cpp) ---------------------------------------
   void progressLoop();

@@ -168,7 +168,9 @@ Algorithm Communicator::chooseAllreduceAlgorithm(size_t bytes, std::string* why)
 
 namespace {
 
-PreparedCall makeCall(CallKind kind, const void* in, void* out, size_t count, DataType dtype,
+using algo::Collective;
+
+PreparedCall makeCall(Collective kind, const void* in, void* out, size_t count, DataType dtype,
                       ReduceOp op, int root, const CollectiveOptions& o) {
   PreparedCall c;
   c.kind = kind;
@@ -187,100 +189,103 @@ PreparedCall makeCall(CallKind kind, const void* in, void* out, size_t count, Da
 
 void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                              ReduceOp op, const AllreduceOptions& options) {
-  issue(makeCall(CallKind::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options), false);
+  issue(makeCall(Collective::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options), false);
 }
 WorkPtr Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count,
                                      DataType dtype, ReduceOp op, const AllreduceOptions& options) {
-  return issue(makeCall(CallKind::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options),
+  return issue(makeCall(Collective::AllReduce, sendbuf, recvbuf, count, dtype, op, -1, options),
                true);
 }
 void Communicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t recvCount,
                                  DataType dtype, ReduceOp op, const CollectiveOptions& options) {
-  issue(makeCall(CallKind::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options),
+  issue(makeCall(Collective::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options),
         false);
 }
 WorkPtr Communicator::reduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount,
                                          DataType dtype, ReduceOp op,
                                          const CollectiveOptions& options) {
   return issue(
-      makeCall(CallKind::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options), true);
+      makeCall(Collective::ReduceScatter, sendbuf, recvbuf, recvCount, dtype, op, -1, options),
+      true);
 }
 void Communicator::allGather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
                              const CollectiveOptions& options) {
-  issue(
-      makeCall(CallKind::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1, options),
-      false);
+  issue(makeCall(Collective::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1,
+                 options),
+        false);
 }
 WorkPtr Communicator::allGatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount,
                                      DataType dtype, const CollectiveOptions& options) {
-  return issue(
-      makeCall(CallKind::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1, options),
-      true);
+  return issue(makeCall(Collective::AllGather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum,
+                        -1, options),
+               true);
 }
 void Communicator::broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                              int root, const CollectiveOptions& options) {
-  issue(makeCall(CallKind::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
-        false);
+  issue(
+      makeCall(Collective::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
+      false);
 }
 WorkPtr Communicator::broadcastAsync(const void* sendbuf, void* recvbuf, size_t count,
                                      DataType dtype, int root, const CollectiveOptions& options) {
   return issue(
-      makeCall(CallKind::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
+      makeCall(Collective::Broadcast, sendbuf, recvbuf, count, dtype, ReduceOp::Sum, root, options),
       true);
 }
 void Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                           ReduceOp op, int root, const CollectiveOptions& options) {
-  issue(makeCall(CallKind::Reduce, sendbuf, recvbuf, count, dtype, op, root, options), false);
+  issue(makeCall(Collective::Reduce, sendbuf, recvbuf, count, dtype, op, root, options), false);
 }
 WorkPtr Communicator::reduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                                   ReduceOp op, int root, const CollectiveOptions& options) {
-  return issue(makeCall(CallKind::Reduce, sendbuf, recvbuf, count, dtype, op, root, options), true);
+  return issue(makeCall(Collective::Reduce, sendbuf, recvbuf, count, dtype, op, root, options),
+               true);
 }
 void Communicator::barrier(const CollectiveOptions& options) {
-  issue(makeCall(CallKind::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum, -1,
+  issue(makeCall(Collective::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum, -1,
                  options),
         false);
 }
 WorkPtr Communicator::barrierAsync(const CollectiveOptions& options) {
-  return issue(makeCall(CallKind::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum,
+  return issue(makeCall(Collective::Barrier, nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum,
                         -1, options),
                true);
 }
 void Communicator::allToAll(const void* sendbuf, void* recvbuf, size_t countPerRank, DataType dtype,
                             const CollectiveOptions& options) {
-  issue(makeCall(CallKind::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum, -1,
+  issue(makeCall(Collective::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum, -1,
                  options),
         false);
 }
 WorkPtr Communicator::allToAllAsync(const void* sendbuf, void* recvbuf, size_t countPerRank,
                                     DataType dtype, const CollectiveOptions& options) {
-  return issue(makeCall(CallKind::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum,
+  return issue(makeCall(Collective::AllToAll, sendbuf, recvbuf, countPerRank, dtype, ReduceOp::Sum,
                         -1, options),
                true);
 }
 void Communicator::gather(const void* sendbuf, void* recvbuf, size_t sendCount, DataType dtype,
                           int root, const CollectiveOptions& options) {
-  issue(
-      makeCall(CallKind::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root, options),
-      false);
+  issue(makeCall(Collective::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root,
+                 options),
+        false);
 }
 WorkPtr Communicator::gatherAsync(const void* sendbuf, void* recvbuf, size_t sendCount,
                                   DataType dtype, int root, const CollectiveOptions& options) {
-  return issue(
-      makeCall(CallKind::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root, options),
-      true);
+  return issue(makeCall(Collective::Gather, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root,
+                        options),
+               true);
 }
 void Communicator::scatter(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
                            int root, const CollectiveOptions& options) {
-  issue(
-      makeCall(CallKind::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root, options),
-      false);
+  issue(makeCall(Collective::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root,
+                 options),
+        false);
 }
 WorkPtr Communicator::scatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount,
                                    DataType dtype, int root, const CollectiveOptions& options) {
-  return issue(
-      makeCall(CallKind::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root, options),
-      true);
+  return issue(makeCall(Collective::Scatter, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum,
+                        root, options),
+               true);
 }
 // ---- failures (failure_protocol.cpp) -----------------------------------------------------
 

@@ -323,7 +323,7 @@ ErrorInfo Communicator::Impl::asSeenHere(const ErrorInfo& local, const ErrorInfo
       out.remoteSignature = culpritSignature(cause);
   }
   if (out.collective.empty()) {
-    out.collective = kindName(call.kind);
+    out.collective = algo::spec(call.kind).name;
     out.seq = call.seq;
   }
   return out;

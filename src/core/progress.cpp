@@ -3,13 +3,11 @@
 // queued, else on the progress thread; execute runs one call in named steps (see
 // docs/architecture.md, "Life of an all-reduce").
 #include <algorithm>
-#include <cstring>
+#include <string_view>
 
-#include "algorithms/allreduce.hpp"
-#include "algorithms/collectives.hpp"
+#include "algorithms/collective_spec.hpp"
 #include "base/log.hpp"
 #include "core/comm_impl.hpp"
-#include "reduce/reduce.hpp"
 #include "transport/wire.hpp"
 
 namespace tccl {
@@ -28,8 +26,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   m.checkUsable();
   m.validate(call);
   if (P2PRoom* room = m.p2pRoomIfAny(); room && room->inGroup()) {
-    m.invalid(std::string(kindName(call.kind)) +
-              ": a collective inside a point-to-point group (groupStart ... groupEnd)");
+    m.invalidCall(call, "a collective inside a point-to-point group (groupStart ... groupEnd)");
   }
   Impl::Queue& q = m.queue;
   std::unique_lock<std::mutex> issueLock(q.issueMu);
@@ -44,7 +41,8 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     q.last = std::move(stats);
     return nullptr;
   }
-  auto work = std::make_shared<Work>(kindName(call.kind), call.seq, m.boot.rank);
+  auto work =
+      std::make_shared<Work>(std::string(algo::spec(call.kind).name), call.seq, m.boot.rank);
   q.pending.emplace_back(std::move(call), work);
   if (!q.progress.joinable()) q.progress = std::thread([&m] { m.progressLoop(); });
   issueLock.unlock();
@@ -120,7 +118,7 @@ const Topology& Communicator::Impl::readHosts(const PreparedCall& call, Deadline
     boot.topology->layout(deadline);
   } catch (const Error& e) {
     ErrorInfo info = e.info();
-    info.collective = kindName(call.kind);
+    info.collective = algo::spec(call.kind).name;
     info.seq = call.seq;
     info.phase = "hosts";
     info.timeoutMs = timeoutMs;
@@ -141,7 +139,8 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   planCall(what);
   const CommStats before = boot.transport->stats();
   try {
-    if (call.kind == CallKind::AllReduce && call.algorithm == Algorithm::Auto)
+    if (call.algorithm == Algorithm::Auto &&
+        algo::spec(call.kind).autoChoice == algo::AutoChoice::Allreduce)
       chooseAuto(call, deadline, timeoutMs);
     beginStats(call, stats);
     planSchedule(call, plan, deadline, timeoutMs);
@@ -180,7 +179,7 @@ void Communicator::Impl::chooseAuto(PreparedCall& call, Deadline deadline, int64
 }
 
 void Communicator::Impl::beginStats(const PreparedCall& call, CallStats* stats) const {
-  const char* name = kindName(call.kind);
+  const std::string_view name = algo::spec(call.kind).name;
   stats->collective = name;
   stats->algorithm = call.algorithm == Algorithm::Auto ? "" : std::string(toString(call.algorithm));
   stats->seq = call.seq;
@@ -193,88 +192,49 @@ void Communicator::Impl::beginStats(const PreparedCall& call, CallStats* stats) 
                  << ")");
 }
 
-// The schedule, the buffers' origins, and the local parts of the result that never cross
-// the wire (copied unless in place).
+// The call's row of the collective table builds its schedule: the algorithm's ops plus
+// the local parts of the result that never cross the wire, as Copy ops (the executor
+// skips one whose source is its destination, and at world size 1 divides there for
+// avg), and the buffers' origins.
 void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline,
                                       int64_t timeoutMs) {
-  const int rank = boot.rank, size = boot.size;
   const size_t elem = dataTypeSize(call.dtype);
-  const size_t c = call.count;
-  const size_t block = c * elem;
-  const size_t r = static_cast<size_t>(rank);
-  const bool isRoot = call.root == rank;
-  const size_t segElems = std::max<size_t>(1, boot.segmentBytes / elem);
-  const uint8_t* in = call.in;
-  uint8_t* out = call.out;
+  algo::BuildArgs args;
+  args.collective = call.kind;
+  args.rank = boot.rank;
+  args.n = boot.size;
+  args.root = call.root;
+  args.count = call.count;
+  args.segElems = std::max<size_t>(1, boot.segmentBytes / elem);
+  args.algorithm = call.algorithm;
+  // Only hier needs the host layout (read within the call's deadline: readHosts).
+  args.hosts = call.algorithm == Algorithm::Hierarchical
+                   ? &readHosts(call, deadline, timeoutMs).layout(deadline)
+                   : nullptr;
+  args.inPlace = call.inPlace;
+  algo::BuiltSchedule built = algo::build(args);
+  plan.schedule = std::move(built.schedule);
   ExecContext& ctx = plan.ctx;
-  algo::Schedule& schedule = plan.schedule;
-  auto localCopy = [&](uint8_t* dst, const uint8_t* src, size_t bytes) {
-    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
-  };
-  switch (call.kind) {
-    case CallKind::AllReduce:
-      schedule =
-          algo::allreduceSchedule(call.algorithm, rank, size, c, segElems,
-                                  call.algorithm == Algorithm::Hierarchical
-                                      ? &readHosts(call, deadline, timeoutMs).layout(deadline)
-                                      : nullptr);
-      // Naive reads its input while it writes its output; in place, it works from a copy.
-      if (algo::allreduceReadsInputLate(call.algorithm) && in == out && c > 0 && size > 1) {
-        plan.inputCopy.assign(in, in + block);
-        in = plan.inputCopy.data();
-      }
-      if (size == 1) localCopy(out, in, block);
-      break;
-    case CallKind::ReduceScatter:
-      schedule = algo::ringReduceScatter(rank, size, c, segElems);
-      ctx.outputOrigin = r * c;
-      if (size == 1) localCopy(out, in, block);
-      break;
-    case CallKind::AllGather:
-      schedule = algo::ringAllGather(rank, size, c, segElems);
-      ctx.inputOrigin = r * c;
-      localCopy(out + r * block, in, block);
-      break;
-    case CallKind::Broadcast:
-      schedule = call.algorithm == Algorithm::Tree
-                     ? algo::binomialBroadcast(rank, size, call.root, c, segElems)
-                     : algo::chainBroadcast(rank, size, call.root, c, segElems);
-      if (isRoot) localCopy(out, in, block);
-      break;
-    case CallKind::Reduce:
-      schedule = algo::binomialReduce(rank, size, call.root, c, segElems);
-      if (size == 1) localCopy(out, in, block);
-      break;
-    case CallKind::Barrier:
-      schedule = algo::disseminationBarrier(rank, size);
-      break;
-    case CallKind::AllToAll:
-      schedule = algo::pairwiseAllToAll(rank, size, c, segElems);
-      localCopy(out + r * block, in + r * block, block);
-      break;
-    case CallKind::Gather:
-      schedule = algo::flatGather(rank, size, call.root, c, segElems);
-      if (isRoot) localCopy(out + r * block, in, block);
-      break;
-    case CallKind::Scatter:
-      schedule = algo::flatScatter(rank, size, call.root, c, segElems);
-      ctx.outputOrigin = r * c;
-      if (isRoot) localCopy(out, in + r * block, block);
-      break;
+  ctx.inputOrigin = built.inputOrigin;
+  ctx.outputOrigin = built.outputOrigin;
+  const uint8_t* in = call.in;
+  // Naive reads its input while it writes its output; in place, it works from a copy.
+  if (built.needsInputCopy) {
+    plan.inputCopy.assign(
+        in, in + algo::inputBytes(call.kind, call.count, elem, boot.size, boot.rank, call.root));
+    in = plan.inputCopy.data();
   }
-  // One rank holding the whole result applies avg itself.
-  if (reduces(call.kind) && size == 1 && call.op == ReduceOp::Avg && c > 0)
-    reduce::divide(out, c, call.dtype, size);
+  const algo::Schedule& schedule = plan.schedule;
   if (schedule.scratchElems * elem > exec.scratch.size())
     exec.scratch.resize(schedule.scratchElems * elem);
   ctx.input = in;
-  ctx.output = out;
+  ctx.output = call.out;
   ctx.scratch = exec.scratch.data();
 }
 
 void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
                                      int64_t timeoutMs) const {
-  const char* name = kindName(call.kind);
+  const std::string_view name = algo::spec(call.kind).name;
   ExecContext& ctx = plan.ctx;
   ctx.dtype = call.dtype;
   ctx.op = call.op;
@@ -320,7 +280,7 @@ void Communicator::Impl::runSchedule(const PreparedCall& call, CallPlan& plan, i
     boot.transport->connect(plan.schedule.peers, plan.ctx.deadline);
   } catch (const Error& e) {
     ErrorInfo info = e.info();
-    info.collective = kindName(call.kind);
+    info.collective = algo::spec(call.kind).name;
     info.seq = call.seq;
     info.algorithm = plan.schedule.algorithm;
     info.phase = "connect";

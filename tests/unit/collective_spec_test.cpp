@@ -492,7 +492,7 @@ void checkSchedule(const BuildArgs& a, const HostLayout* layout) {
     }
   }
   EXPECT_EQ(written, mustEndWith(c, a.count, a.n, a.rank, a.root)) << w;
-  // The copies are exactly the ones the communicator made with memcpy.
+  // The copies are exactly the local parts of the result (what never crosses the wire).
   size_t expectCopies = 0;
   if (a.count > 0) {
     switch (c) {

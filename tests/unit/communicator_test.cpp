@@ -179,6 +179,61 @@ TEST(Communicator, InvalidArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
   comm.allreduce(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0 is fine
 }
 
+// The messages name the collective as its row of the collective table does, and say
+// which rule the call broke (the same words on every path that checks them).
+TEST(Communicator, InvalidArgumentMessagesNameTheCollectiveAndTheRule) {
+  auto store = std::make_shared<HashStore>();
+  Communicator comm(store, 0, 1);
+  std::vector<float> v(8, 1.0f), w(8, 0.0f);
+  auto expectMessage = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << want << ": accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expectMessage([&] { comm.allreduce(nullptr, v.data(), 8, DataType::Float32, ReduceOp::Sum); },
+                "allreduce: null buffer with count > 0");
+  expectMessage([&] { comm.reduceScatter(v.data(), nullptr, 4, DataType::Float32, ReduceOp::Sum); },
+                "reduce_scatter: null buffer with count > 0");
+  expectMessage(
+      [&] { comm.allreduce(v.data(), v.data() + 1, 4, DataType::Float32, ReduceOp::Sum); },
+      "allreduce: input and output overlap without being the collective's in-place layout");
+  expectMessage([&] { comm.allToAll(v.data(), v.data(), 4, DataType::Float32); },
+                "alltoall: in-place all-to-all is not supported: use distinct buffers");
+  expectMessage(
+      [&] {
+        comm.allGather(v.data(), w.data(), 4, DataType::Float32, {Algorithm::Tree, std::nullopt});
+      },
+      "allgather: algorithm tree is not available here");
+  expectMessage(
+      [&] {
+        comm.gather(v.data(), w.data(), 4, DataType::Float32, 0, {Algorithm::Ring, std::nullopt});
+      },
+      "gather: algorithm ring is not available here");
+  expectMessage([&] { comm.broadcast(v.data(), w.data(), 4, DataType::Float32, 1); },
+                "broadcast: root 1 not in [0, 1)");
+  expectMessage([&] { comm.reduce(v.data(), w.data(), 4, DataType::Float32, ReduceOp::Sum, -1); },
+                "reduce: root -1 not in [0, 1)");
+  const size_t huge = (size_t{1} << 62) / 4 + 1;
+  expectMessage([&] { comm.allGather(v.data(), w.data(), huge, DataType::Float32); },
+                "allgather: count " + std::to_string(huge) + " too large");
+  expectMessage([&] { comm.allreduce(v.data(), 8, static_cast<DataType>(42), ReduceOp::Sum); },
+                "allreduce: unknown dtype 42");
+  expectMessage(
+      [&] { comm.reduce(v.data(), w.data(), 8, DataType::Float32, static_cast<ReduceOp>(42), 0); },
+      "reduce: unknown reduce op 42");
+  // The in-place layouts pass (world 1: every layout is the same pointer), and avg at
+  // world 1 is the identity whether or not the copy moves anything.
+  comm.allreduce(v.data(), v.data(), 8, DataType::Float32, ReduceOp::Avg);
+  comm.reduceScatter(v.data(), w.data(), 8, DataType::Float32, ReduceOp::Avg);
+  comm.allGather(w.data(), w.data(), 8, DataType::Float32);
+  comm.scatter(v.data(), v.data(), 8, DataType::Float32, 0);
+  EXPECT_EQ(v, std::vector<float>(8, 1.0f));
+  EXPECT_EQ(w, std::vector<float>(8, 1.0f));
+}
+
 // Some finite deadline is always in force: a timeout of 0 or less (which once meant
 // "wait forever", poll(-1)) is an InvalidArgument wherever it comes from, naming where.
 void expectTimeoutRefused(const std::function<void()>& f, const std::string& where) {

@@ -158,7 +158,9 @@ std::string run(Case& c, const MeshOptions& o) {
   return exectest::checkCounters(c.scheds, out, 8);
 }
 
-// What the communicator copies locally before the schedule runs.
+// These cases run the bare builders (collectives.hpp), so they do the local part of the
+// result themselves before the schedule runs; the collective table's build() adds it as
+// Copy ops instead (the communicator runs those: tests/proc/collectives_test.cpp).
 void localCopy(std::vector<uint8_t>& dst, size_t dstElem, const std::vector<uint8_t>& src,
                size_t srcElem, size_t count) {
   if (count > 0) std::memcpy(dst.data() + dstElem * 8, src.data() + srcElem * 8, count * 8);
