@@ -96,14 +96,18 @@ WorkPtr Communicator::Impl::p2pWork(bool isSend, const void* buf, size_t count, 
                              work->complete(r.stats, e);
                            });
   work->markStarted();
+  // Weak both ways: the op's completion holds the Work, so the Work's driver must not
+  // hold the op (a cycle that would outlive both), nor the engine.
   std::weak_ptr<P2PEngine> engine = m.p2pRoom().engine();
-  work->setDriver([engine, op] {
-    if (auto e = engine.lock()) {
-      try {
-        e->wait(op);
-      } catch (...) {
-        // wait() rethrows it from the Work
-      }
+  std::weak_ptr<P2POp> weakOp = op;
+  work->setDriver([engine, weakOp] {
+    auto e = engine.lock();
+    auto o = weakOp.lock();
+    if (!e || !o) return;
+    try {
+      e->wait(o);
+    } catch (...) {
+      // wait() rethrows it from the Work
     }
   });
   m.p2pRoom().submit(op, false);

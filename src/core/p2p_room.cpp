@@ -24,8 +24,11 @@ bool P2PRoom::submit(const P2PHandle& op, bool blocking) {
       return false;
     }
   }
-  engine_->post(op);
-  if (blocking) engine_->wait(op);
+  if (blocking) {
+    engine_->postThenWait({op}, {op});
+  } else {
+    engine_->post(op);
+  }
   return true;
 }
 
@@ -52,8 +55,11 @@ void P2PRoom::groupEnd() {
     blocking.swap(blocking_);
   }
   if (ops.empty()) return;
-  engine_->post(ops);
-  engine_->waitAll(blocking);
+  if (blocking.empty()) {
+    engine_->post(ops);
+  } else {
+    engine_->postThenWait(ops, blocking);
+  }
 }
 
 }  // namespace tccl

@@ -85,17 +85,29 @@ void P2PEngine::ensureProgressThread() {
 
 // ---- posting ----------------------------------------------------------------------------
 
-void P2PEngine::post(const std::vector<P2PHandle>& ops) {
+void P2PEngine::post(const std::vector<P2PHandle>& ops) { postThenWait(ops, {}); }
+
+// A caller that will wait counts itself a waiter before it posts, so the progress thread
+// never starts driving operations the caller is about to drive itself (that hand-off
+// would cost a context switch per blocking send or receive).
+void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
+                             const std::vector<P2PHandle>& waitFor) {
   std::vector<P2PHandle> completed;
+  const bool waits = !waitFor.empty();
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (waits) callersWaiting_++;
     for (const P2PHandle& op : ops) postLocked(op, completed);
     // What is not done at once progresses on the progress thread unless a caller waits.
     ensureProgressThread();
   }
   runCompletions(completed);
-  cv_.notify_all();
-  kick();
+  if (!waits) {
+    cv_.notify_all();
+    kick();
+    return;
+  }
+  finishWait(waitFor);
 }
 
 void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed) {
@@ -135,22 +147,32 @@ void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& complete
 void P2PEngine::wait(const P2PHandle& op) { waitAll({op}); }
 
 void P2PEngine::waitAll(const std::vector<P2PHandle>& ops) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    callersWaiting_++;
+  }
+  kick();  // a driving progress thread hands the driving over
+  finishWait(ops);
+}
+
+// With this caller counted in callersWaiting_: drives until every op is done, then
+// counts itself out and rethrows the first error.
+void P2PEngine::finishWait(const std::vector<P2PHandle>& ops) {
   auto allDone = [&] {
     return std::all_of(ops.begin(), ops.end(), [](const P2PHandle& o) { return o->done(); });
   };
-  if (!allDone()) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      callersWaiting_++;
-    }
-    kick();  // the progress thread hands the driving over
-    drive(allDone, false);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      callersWaiting_--;
-    }
-    cv_.notify_all();
+  try {
+    if (!allDone()) drive(allDone, false);
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(mu_);
+    callersWaiting_--;
+    throw;
   }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    callersWaiting_--;
+  }
+  cv_.notify_all();
   for (const P2PHandle& o : ops) {
     if (o->error()) std::rethrow_exception(o->error());
   }
@@ -276,6 +298,7 @@ void P2PEngine::runCompletions(std::vector<P2PHandle>& completed) {
       } catch (const std::exception& e) {
         TCCL_WARN("a point-to-point completion callback threw: " << e.what());
       }
+      op->onDone = nullptr;  // called once; what it holds (a Work) goes with it
     }
     op->done_.store(true, std::memory_order_release);
   }

@@ -145,6 +145,9 @@ class P2PEngine {
   // Posts operations as one: none progresses before all are posted (a group).
   void post(const std::vector<P2PHandle>& ops);
   void post(const P2PHandle& op) { post(std::vector<P2PHandle>{op}); }
+  // Posts `ops` as one and drives progress until every op of `waitFor` completes
+  // (rethrowing the first error); the progress thread stays out of it meanwhile.
+  void postThenWait(const std::vector<P2PHandle>& ops, const std::vector<P2PHandle>& waitFor);
   // Drives progress until `op` completes; rethrows its error.
   void wait(const P2PHandle& op);
   // Drives progress until every op completes; rethrows the first error.
@@ -201,6 +204,7 @@ class P2PEngine {
 
   // Everything below is guarded by mu_.
   void postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed);
+  void finishWait(const std::vector<P2PHandle>& ops);
   bool drive(const std::function<bool()>& until, bool yieldToCallers);
   bool pumpAll(std::vector<P2PHandle>& completed);
   bool pumpTx(LinkState& ls, std::vector<P2PHandle>& completed);
