@@ -89,9 +89,7 @@ BenchConfig parseBench(const Args& a) {
   c.world = static_cast<int>(a.getInt("world", 0));
   c.crossover = a.flag("crossover");
   if (auto sizes = a.get("sizes")) {
-    std::stringstream ss(*sizes);
-    std::string item;
-    while (std::getline(ss, item, ',')) c.sizes.push_back(parseSize(item));
+    c.sizes = parseSizeList(*sizes);
   } else {
     const uint64_t lo = a.getSize("minbytes", c.crossover ? 1024 : 8);
     const uint64_t hi = a.getSize("maxbytes", c.crossover ? (16u << 20) : (64u << 20));
@@ -781,8 +779,7 @@ int benchMain(int argc, char** argv, int first) {
   BenchConfig c = parseBench(a);
   (void)algorithmsFor(c);  // a bad --algo is a usage error here, not in every worker
   if (!c.scaling.empty()) return runScaling(c, words);
-  const bool underLauncher =
-      c.world == 0 && (std::getenv("TCCL_RANK") != nullptr || std::getenv("RANK") != nullptr);
+  const bool underLauncher = c.world == 0 && rankFromEnvironment();
   if (underLauncher) {
     try {
       return runWorker(c);
@@ -798,14 +795,7 @@ int benchMain(int argc, char** argv, int first) {
   LocalRun run = runLocalRanks(c.world, "_bench-worker", args,
                                Deadline::after(std::chrono::milliseconds(c.timeoutMs * 4)),
                                std::chrono::milliseconds(2000));
-  int rc = 0;
-  for (const auto& r : run.children) {
-    if (!r.ok()) {
-      std::cerr << "tccl bench: rank " << r.index << " " << r.describe() << "\n";
-      rc = r.exitCode > 0 ? r.exitCode : 1;
-    }
-  }
-  return rc;
+  return exitStatusOf(run, "bench");
 }
 
 int benchWorkerMain(int argc, char** argv, int first) {

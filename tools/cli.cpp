@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
 #include <type_traits>
 
@@ -102,6 +103,14 @@ uint64_t parseSize(const std::string& s) {
   else
     throw UsageError{"bad size suffix in '" + s + "' (use K, M or G)"};
   return x * mult;
+}
+
+std::vector<uint64_t> parseSizeList(const std::string& list) {
+  std::vector<uint64_t> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(parseSize(item));
+  return out;
 }
 
 uint64_t Args::getSize(const std::string& name, uint64_t dflt) const {
@@ -449,6 +458,21 @@ LocalRun runLocalRanks(int world, const std::string& workerCommand,
   run.children = group.wait(deadline, /*killOnFailure=*/true, grace);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
+}
+
+int exitStatusOf(const LocalRun& run, const std::string& tool) {
+  int rc = 0;
+  for (const auto& r : run.children) {
+    if (!r.ok()) {
+      std::cerr << "tccl " << tool << ": rank " << r.index << " " << r.describe() << "\n";
+      rc = r.exitCode > 0 ? r.exitCode : 1;
+    }
+  }
+  return rc;
+}
+
+bool rankFromEnvironment() {
+  return std::getenv("TCCL_RANK") != nullptr || std::getenv("RANK") != nullptr;
 }
 
 std::string encodeRecord(const std::map<std::string, std::string>& kv) {

@@ -43,6 +43,8 @@ class Args {
 };
 
 uint64_t parseSize(const std::string& s);  // throws UsageError
+// A comma-separated list of sizes, each read by parseSize: "8,64K,4M".
+std::vector<uint64_t> parseSizeList(const std::string& list);
 std::string withCommas(uint64_t v);
 std::string formatBytes(double bytes);  // "64 MiB", "8 B"
 
@@ -78,6 +80,15 @@ struct LocalRun {
 LocalRun runLocalRanks(int world, const std::string& workerCommand,
                        const std::vector<std::string>& args, Deadline deadline,
                        std::chrono::milliseconds grace);
+
+// 0 when every rank of the run succeeded. Otherwise each failed rank is named on stderr
+// ("tccl <tool>: rank R <how it ended>") and the result is the exit status of the last
+// one named (1 when it had none: killed by a signal).
+int exitStatusOf(const LocalRun& run, const std::string& tool);
+
+// Whether this process was started as one rank of a job by a launcher (TCCL_RANK or
+// RANK in the environment: tccl launch, torchrun) rather than by a user.
+bool rankFromEnvironment();
 
 // key=value records published through the store by workers.
 std::string encodeRecord(const std::map<std::string, std::string>& kv);
