@@ -9,10 +9,13 @@
 // (count agreed across ranks: --iters, or rank 0's choice for a ~0.2 s budget,
 // broadcast to all); time = the slowest rank's average per iteration. Columns and
 // factors as nccl-tests: size = bytes of the larger buffer per rank, algbw = size /
-// time, busbw = algbw x factor (all-reduce 2(n-1)/n; reduce-scatter, all-gather,
-// all-to-all, gather, scatter (n-1)/n; broadcast, reduce, send/recv 1), GB/s = 1e9
-// bytes/s; plus bytes/rank (payload sent, max over ranks, from the transport's
-// counters) and its ratio to the collective's bandwidth-optimal bound.
+// time, busbw = algbw x factor (the collective table's busBwFactor: all-reduce
+// 2(n-1)/n; reduce-scatter, all-gather, all-to-all, gather, scatter (n-1)/n; broadcast,
+// reduce 1; barrier 0; send/recv 1), GB/s = 1e9 bytes/s; plus bytes/rank (payload sent,
+// max over ranks, from the transport's counters) and its ratio to the collective's
+// bandwidth-optimal bound. --op takes any name of the table (src/algorithms/
+// collective_spec.hpp: "allreduce", "all_reduce", "ar", ...) or sendrecv; the buffer
+// sizes, the root rule and the algorithms come from the table too.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -25,7 +28,7 @@
 #include <map>
 #include <sstream>
 
-#include "algorithms/allreduce.hpp"
+#include "algorithms/collective_spec.hpp"
 #include "algorithms/select.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
@@ -47,31 +50,19 @@ const std::map<std::string, std::string> kShort = {
     {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
     {"-w", "--warmup"},   {"-d", "--dtype"},    {"-o", "--redop"},      {"-r", "--root"}};
 
-enum class Coll {
-  AllReduce,
-  ReduceScatter,
-  AllGather,
-  Broadcast,
-  Reduce,
-  AllToAll,
-  Gather,
-  Scatter,
-  SendRecv
-};
+using algo::Collective;
 
-const std::vector<std::pair<std::string, Coll>> kColls = {
-    {"allreduce", Coll::AllReduce}, {"reduce_scatter", Coll::ReduceScatter},
-    {"allgather", Coll::AllGather}, {"broadcast", Coll::Broadcast},
-    {"reduce", Coll::Reduce},       {"alltoall", Coll::AllToAll},
-    {"gather", Coll::Gather},       {"scatter", Coll::Scatter},
-    {"sendrecv", Coll::SendRecv}};
+// --op sendrecv: not a collective of the table but a ring shift of point-to-point
+// sends and receives (rank r sends to r+1 and receives from r-1).
+constexpr std::string_view kSendRecv = "sendrecv";
 
 struct BenchConfig {
   int world = 0;  // 0: run as the rank the environment names
   std::vector<uint64_t> sizes;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
-  Coll coll = Coll::AllReduce;
+  Collective coll = Collective::AllReduce;
+  bool sendrecv = false;  // --op sendrecv (coll is then meaningless)
   std::string collName = "allreduce";
   int root = 0;
   std::string algoArg = "ring";
@@ -101,19 +92,20 @@ BenchConfig parseBench(const Args& a) {
   }
   c.dtype = a.getDataType("dtype", DataType::Float32);
   c.op = a.getOp("redop", ReduceOp::Sum);
-  c.collName = a.get("op", "allreduce");
-  bool found = false;
-  for (const auto& [name, coll] : kColls) {
-    if (name == c.collName) {
-      c.coll = coll;
-      found = true;
-    }
+  const std::string opArg = a.get("op", "allreduce");
+  if (opArg == kSendRecv) {
+    c.sendrecv = true;
+    c.collName = kSendRecv;
+  } else if (auto coll = algo::parseCollective(opArg)) {
+    c.coll = *coll;
+    c.collName = algo::spec(*coll).name;  // the canonical name, whichever alias was given
+  } else {
+    throw UsageError{"unknown --op '" + opArg + "' (" + algo::collectiveNames() + ", " +
+                     std::string(kSendRecv) + "; or their nccl-tests names and aliases)"};
   }
-  if (!found) {
-    throw UsageError{"unknown --op '" + c.collName +
-                     "' (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, "
-                     "gather, scatter, sendrecv)"};
-  }
+  // A barrier moves no data: one row, whatever the sizes.
+  const bool noData = !c.sendrecv && algo::spec(c.coll).input == algo::Extent::None &&
+                      algo::spec(c.coll).output == algo::Extent::None;
   c.root = static_cast<int>(a.getInt("root", 0));
   c.algoArg = a.get("algo", c.crossover ? "ring,tree" : "auto");
   c.iters = static_cast<int>(a.getInt("iters", 0));
@@ -137,6 +129,10 @@ BenchConfig parseBench(const Args& a) {
   if (c.world < 0) throw UsageError{"--world must be at least 1"};
   if (c.iters < 0 || c.warmup < 0) throw UsageError{"--iters and --warmup must not be negative"};
   if (c.sizes.empty()) throw UsageError{"no sizes to run"};
+  if (noData) {
+    if (!c.plot.empty()) throw UsageError{"--plot draws against size; " + c.collName + " has none"};
+    c.sizes = {0};
+  }
   if (c.json && c.csv) throw UsageError{"--json and --csv are exclusive"};
   if (!c.plot.empty()) {
     const auto dot = c.plot.rfind('.');
@@ -148,25 +144,9 @@ BenchConfig parseBench(const Args& a) {
 
 // The algorithms --algo names for this collective ("all": every one it has).
 std::vector<Algorithm> algorithmsFor(const BenchConfig& c) {
-  std::vector<Algorithm> avail;
-  switch (c.coll) {
-    case Coll::AllReduce:
-      avail = algo::allreduceAlgorithms();
-      break;
-    case Coll::Broadcast:
-      avail = {Algorithm::Tree, Algorithm::Ring};
-      break;
-    case Coll::ReduceScatter:
-    case Coll::AllGather:
-      avail = {Algorithm::Ring};
-      break;
-    case Coll::Reduce:
-      avail = {Algorithm::Tree};
-      break;
-    default:
-      avail = {Algorithm::Auto};
-      break;
-  }
+  std::vector<Algorithm> avail =
+      c.sendrecv ? std::vector<Algorithm>{} : algo::spec(c.coll).algorithms;
+  if (avail.empty()) avail = {Algorithm::Auto};  // nothing to name
   std::vector<Algorithm> out;
   std::stringstream ss(c.algoArg);
   std::string item;
@@ -186,20 +166,8 @@ std::vector<Algorithm> algorithmsFor(const BenchConfig& c) {
   return out;
 }
 
-double busFactor(Coll c, int n) {
-  const double nn = n;
-  switch (c) {
-    case Coll::AllReduce:
-      return n > 1 ? 2 * (nn - 1) / nn : 0;
-    case Coll::ReduceScatter:
-    case Coll::AllGather:
-    case Coll::AllToAll:
-    case Coll::Gather:
-    case Coll::Scatter:
-      return (nn - 1) / nn;
-    default:
-      return 1;
-  }
+double busFactor(const BenchConfig& c, int n) {
+  return c.sendrecv ? 1 : algo::busBwFactor(c.coll, n);
 }
 
 // ---- one rank ---------------------------------------------------------------------
@@ -226,22 +194,21 @@ class Runner {
 
   Row run(uint64_t sizeBytes, Algorithm algo) {
     const int n = comm_.size(), r = comm_.rank();
-    const size_t N = static_cast<size_t>(n);
     const size_t elem = dataTypeSize(c_.dtype);
-    const bool multi = c_.coll == Coll::ReduceScatter || c_.coll == Coll::AllGather ||
-                       c_.coll == Coll::AllToAll || c_.coll == Coll::Gather ||
-                       c_.coll == Coll::Scatter;
-    // size = the larger buffer; per-rank count is size / (elem x N) for the N-block ones.
-    const size_t total = std::max<size_t>(multi ? N : 1, sizeBytes / elem);
-    count_ = multi ? std::max<size_t>(1, total / N) : total;
-    const size_t inElems =
-        (c_.coll == Coll::ReduceScatter || c_.coll == Coll::AllToAll || c_.coll == Coll::Scatter)
-            ? count_ * N
-            : count_;
-    const size_t outElems =
-        (c_.coll == Coll::AllGather || c_.coll == Coll::AllToAll || c_.coll == Coll::Gather)
-            ? count_ * N
-            : count_;
+    // Every rank allocates the root's buffers (the largest), sized by the table.
+    auto inOf = [&](size_t count) {
+      return c_.sendrecv ? count : algo::inputElems(c_.coll, count, n, c_.root, c_.root);
+    };
+    auto outOf = [&](size_t count) {
+      return c_.sendrecv ? count : algo::outputElems(c_.coll, count, n, c_.root, c_.root);
+    };
+    // size = the larger buffer, of `blocks` blocks of count elements (N for the N-block
+    // collectives, 1 for the others, 0 for the barrier).
+    const size_t blocks = std::max(inOf(1), outOf(1));
+    const size_t total = std::max<size_t>(blocks, sizeBytes / elem);
+    count_ = blocks == 0 ? 0 : std::max<size_t>(1, total / blocks);
+    const size_t inElems = inOf(count_);
+    const size_t outElems = outOf(count_);
     in_.assign(inElems * elem, 0);
     out_.assign(outElems * elem, 0);
     opts_ = {algo, std::nullopt};
@@ -282,7 +249,7 @@ class Runner {
     row.requested = toString(algo);
     row.timeUs = sec * 1e6;
     row.algbw = static_cast<double>(row.size) / sec / 1e9;
-    row.busbw = row.algbw * busFactor(c_.coll, n);
+    row.busbw = row.algbw * busFactor(c_, n);
     row.wrong = maxOverRanks(comm_, wrong);
     row.bytesPerRank = maxOverRanks(comm_, sent_);
     const double bound = boundBytes(row.size, n);
@@ -293,38 +260,28 @@ class Runner {
 
  private:
   // The bandwidth-optimal payload a rank must send, for the ratio column.
+  // The bus-bandwidth factor of the larger buffer: 2(n-1)/n V for all-reduce, (n-1)/n of
+  // the N blocks for reduce-scatter, all-gather, all-to-all (gather, scatter: the root's
+  // share), V once for broadcast, reduce and sendrecv.
   double boundBytes(uint64_t size, int n) const {
-    const double s = static_cast<double>(size), nn = n;
     if (n <= 1) return 0;
-    switch (c_.coll) {
-      case Coll::AllReduce:
-        return 2 * (nn - 1) / nn * s;
-      case Coll::ReduceScatter:
-      case Coll::AllGather:
-      case Coll::AllToAll:
-        return (nn - 1) / nn * s;
-      case Coll::Gather:
-      case Coll::Scatter:
-        return (nn - 1) / nn * s;  // the root's share
-      default:
-        return s;  // broadcast, reduce, sendrecv: V once
-    }
+    return busFactor(c_, n) * static_cast<double>(size);
   }
 
   void prepareData() {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
     const size_t B = count_ * elem;
-    switch (c_.coll) {
-      case Coll::AllToAll:
-      case Coll::ReduceScatter:
+    switch (c_.sendrecv ? Collective::AllReduce : c_.coll) {  // sendrecv: rank r sends r+1
+      case Collective::AllToAll:
+      case Collective::ReduceScatter:
         fill(in_.data(), in_.size() / elem, c_.dtype, r + 1);
         break;
-      case Coll::Scatter:
+      case Collective::Scatter:
         for (int p = 0; p < n; ++p)
           fill(in_.data() + static_cast<size_t>(p) * B, count_, c_.dtype, p + 1);
         break;
-      case Coll::Broadcast:
+      case Collective::Broadcast:
         fill(in_.data(), count_, c_.dtype, r == c_.root ? r + 1 : -1);
         break;
       default:
@@ -350,33 +307,34 @@ class Runner {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
     const size_t B = count_ * elem;
+    if (c_.sendrecv) return n > 1 ? wrongIn(out_.data(), count_, (r + n - 1) % n + 1) : 0;
     switch (c_.coll) {
-      case Coll::AllReduce:
-      case Coll::ReduceScatter:
+      case Collective::AllReduce:
+      case Collective::ReduceScatter:
         return wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op));
-      case Coll::Reduce:
+      case Collective::Reduce:
         return r == c_.root ? wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op))
                             : 0;
-      case Coll::AllGather:
-      case Coll::AllToAll: {
+      case Collective::AllGather:
+      case Collective::AllToAll: {
         double w = 0;
         for (int p = 0; p < n; ++p)
           w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
         return w;
       }
-      case Coll::Gather: {
+      case Collective::Gather: {
         if (r != c_.root) return 0;
         double w = 0;
         for (int p = 0; p < n; ++p)
           w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
         return w;
       }
-      case Coll::Scatter:
+      case Collective::Scatter:
         return wrongIn(out_.data(), count_, r + 1);
-      case Coll::Broadcast:
+      case Collective::Broadcast:
         return wrongIn(out_.data(), count_, c_.root + 1);
-      case Coll::SendRecv:
-        return n > 1 ? wrongIn(out_.data(), count_, (r + n - 1) % n + 1) : 0;
+      case Collective::Barrier:
+        return 0;
     }
     return 0;
   }
@@ -385,7 +343,7 @@ class Runner {
   void call() {
     const int n = comm_.size(), r = comm_.rank();
     const DataType dt = c_.dtype;
-    if (c_.coll == Coll::SendRecv) {
+    if (c_.sendrecv) {
       // A ring shift: send to r+1, receive from r-1 (asynchronously, so no order matters).
       lastAlgo_ = "p2p";
       lastSent_ = 0;
@@ -401,31 +359,32 @@ class Runner {
       return;
     }
     switch (c_.coll) {
-      case Coll::AllReduce:
+      case Collective::AllReduce:
         comm_.allreduce(in_.data(), out_.data(), count_, dt, c_.op, opts_);
         break;
-      case Coll::ReduceScatter:
+      case Collective::ReduceScatter:
         comm_.reduceScatter(in_.data(), out_.data(), count_, dt, c_.op, opts_);
         break;
-      case Coll::AllGather:
+      case Collective::AllGather:
         comm_.allGather(in_.data(), out_.data(), count_, dt, opts_);
         break;
-      case Coll::Broadcast:
+      case Collective::Broadcast:
         comm_.broadcast(in_.data(), out_.data(), count_, dt, c_.root, opts_);
         break;
-      case Coll::Reduce:
+      case Collective::Reduce:
         comm_.reduce(in_.data(), out_.data(), count_, dt, c_.op, c_.root, opts_);
         break;
-      case Coll::AllToAll:
+      case Collective::AllToAll:
         comm_.allToAll(in_.data(), out_.data(), count_, dt, opts_);
         break;
-      case Coll::Gather:
+      case Collective::Gather:
         comm_.gather(in_.data(), out_.data(), count_, dt, c_.root, opts_);
         break;
-      case Coll::Scatter:
+      case Collective::Scatter:
         comm_.scatter(in_.data(), out_.data(), count_, dt, c_.root, opts_);
         break;
-      case Coll::SendRecv:
+      case Collective::Barrier:
+        comm_.barrier(opts_);
         break;
     }
     lastAlgo_ = comm_.lastCall().algorithm;
@@ -542,9 +501,7 @@ int runWorker(const BenchConfig& c) {
   opts.segmentBytes = static_cast<size_t>(c.segmentBytes);
   Communicator comm = Communicator::fromEnv(opts);
   const int n = comm.size();
-  if ((c.coll == Coll::Broadcast || c.coll == Coll::Reduce || c.coll == Coll::Gather ||
-       c.coll == Coll::Scatter) &&
-      (c.root < 0 || c.root >= n)) {
+  if (!c.sendrecv && algo::spec(c.coll).rooted && (c.root < 0 || c.root >= n)) {
     throw UsageError{"--root " + std::to_string(c.root) + " is not a rank of a world of " +
                      std::to_string(n)};
   }

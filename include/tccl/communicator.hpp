@@ -30,7 +30,9 @@ namespace tccl {
 
 struct CommOptions {
   // Default deadline for every blocking operation of every call (connect, handshake,
-  // store, send, receive). Overridden by TCCL_TIMEOUT_MS, and per call.
+  // store, send, receive). Overridden by TCCL_TIMEOUT_MS, and per call. In [1 ms,
+  // 2^40 ms]: 0 or less (or a per-call or shrink timeout of 0 or less) is an
+  // InvalidArgumentError; there is no "wait forever".
   std::chrono::milliseconds timeout{300000};
   // Store namespace of this communicator, so several can share one store.
   std::string name = "default";
@@ -51,6 +53,13 @@ struct LinkEstimate {
 };
 
 struct PreparedCall;
+
+// What a point-to-point receive got.
+struct RecvStatus {
+  int source = -1;   // the rank that sent the message
+  int tag = -1;      // its tag
+  size_t count = 0;  // elements received (the message's length; at most the capacity)
+};
 
 // Per-call options of every collective.
 struct CollectiveOptions {
@@ -187,17 +196,52 @@ class Communicator {
                const CollectiveOptions& options = {});
   WorkPtr scatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
                        int root, const CollectiveOptions& options = {});
-  // Point to point. Messages between two ranks are matched in the order they are
-  // issued, and must be issued in the same order relative to collectives on both
-  // sides (a send is not a collective: it does not take a sequence number).
+  // ---- point to point (docs/protocol.md, "Point to point") ----------------------------
+  // MPI's semantics. A receive matches on its source (or kAnySource) and tag (or
+  // kAnyTag); messages between two ranks with the same tag are received in the order
+  // they were sent, other tags match independently. Sends and receives progress
+  // concurrently with each other and with collectives, whatever the order in which the
+  // ranks post them: a pattern where every rank posts its operations and then waits
+  // always completes. They take no collective sequence number. A receive's count is
+  // its capacity: a shorter message is received whole (RecvStatus / Work::stats().bytes
+  // says how long), a longer one fails as truncation on both ends. A send completes
+  // once its bytes are on the wire; a small one (eager) may complete before the peer
+  // posted its receive, as MPI_Send may. A deadline passed fails the operation with a
+  // TimeoutError naming the peer and the tag.
+  void send(const void* buf, size_t count, DataType dtype, int peer, int tag,
+            const CollectiveOptions& options = {});
+  RecvStatus recv(void* buf, size_t count, DataType dtype, int source, int tag,
+                  const CollectiveOptions& options = {});
+  WorkPtr sendAsync(const void* buf, size_t count, DataType dtype, int peer, int tag,
+                    const CollectiveOptions& options = {});
+  // The Work's source() and tag() name the message received.
+  WorkPtr recvAsync(void* buf, size_t count, DataType dtype, int source, int tag,
+                    const CollectiveOptions& options = {});
+  // Tag 0.
   void send(const void* buf, size_t count, DataType dtype, int peer,
-            const CollectiveOptions& options = {});
-  void recv(void* buf, size_t count, DataType dtype, int peer,
-            const CollectiveOptions& options = {});
+            const CollectiveOptions& options = {}) {
+    send(buf, count, dtype, peer, 0, options);
+  }
+  RecvStatus recv(void* buf, size_t count, DataType dtype, int source,
+                  const CollectiveOptions& options = {}) {
+    return recv(buf, count, dtype, source, 0, options);
+  }
   WorkPtr sendAsync(const void* buf, size_t count, DataType dtype, int peer,
-                    const CollectiveOptions& options = {});
-  WorkPtr recvAsync(void* buf, size_t count, DataType dtype, int peer,
-                    const CollectiveOptions& options = {});
+                    const CollectiveOptions& options = {}) {
+    return sendAsync(buf, count, dtype, peer, 0, options);
+  }
+  WorkPtr recvAsync(void* buf, size_t count, DataType dtype, int source,
+                    const CollectiveOptions& options = {}) {
+    return recvAsync(buf, count, dtype, source, 0, options);
+  }
+  // A group, like ncclGroupStart / ncclGroupEnd: between them, point-to-point calls made
+  // by this thread are only recorded; groupEnd() posts them all at once, then waits for
+  // those made with the blocking forms (send, recv). The async forms' Works complete
+  // later, as usual. Groups nest: only the outermost groupEnd() posts. A collective
+  // inside a group is an InvalidArgumentError. A group's operations complete
+  // independently: a send and a receive never wait on each other's order.
+  void groupStart();
+  void groupEnd();
 
   // Measures the per-message time (8-byte ping-pong) and the bandwidth (a
   // bandwidthBytes transfer) between ranks 0 and 1 and makes them every rank's cost

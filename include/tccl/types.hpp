@@ -66,6 +66,10 @@ std::optional<DataType> parseDataType(std::string_view s);
 std::optional<ReduceOp> parseReduceOp(std::string_view s);
 std::optional<Algorithm> parseAlgorithm(std::string_view s);
 
+// Point to point: a receive from any rank, or with any tag (MPI_ANY_SOURCE, MPI_ANY_TAG).
+inline constexpr int kAnySource = -1;
+inline constexpr int kAnyTag = -1;
+
 // Deadlines, not durations: every blocking wait takes one of these, computed once
 // per call. Deadline::never() is the single "no timeout" sentinel.
 class Deadline {

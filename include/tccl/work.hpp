@@ -56,11 +56,21 @@ class Work {
   Clock::time_point startTime() const { return started_; }
   Clock::time_point endTime() const { return ended_; }
   int64_t seq() const { return seq_; }
+  // A point-to-point receive, once completed: who sent the message and its tag (-1
+  // for anything else); stats().bytes is its length.
+  int source() const;
+  int tag() const;
 
   // ---- for the communicator ----
   void markStarted();
   // Records the outcome and runs the callbacks. Called exactly once.
   void complete(CallStats stats, std::exception_ptr error);
+  // A receive's sender and tag, recorded before complete().
+  void setSource(int source, int tag);
+  // Called by wait() before it sleeps: a point-to-point operation's waiter drives the
+  // progress itself (no hand-off to another thread). It returns once the work is done
+  // or can do nothing more; it must not throw.
+  void setDriver(std::function<void()> driver);
 
  private:
   void runCallback(const Callback& fn, const std::exception_ptr& error);
@@ -74,6 +84,9 @@ class Work {
   std::string collective_;
   int64_t seq_ = -1;
   int rank_ = -1;
+  int source_ = -1;
+  int tag_ = -1;
+  std::function<void()> driver_;
   Clock::time_point started_{};
   Clock::time_point ended_{};
 };

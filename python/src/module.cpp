@@ -12,6 +12,10 @@
 // - An asynchronous call's Work holds its buffers (and the communicator) until it is
 //   completed and dropped; dropping an unfinished Work waits for it first, because the
 //   collective is still writing into memory Python would otherwise free.
+// - What each collective's buffers must hold on this rank, which ranks have them, and the
+//   in-place rules come from the collective table (src/algorithms/collective_spec.hpp),
+//   the one the communicator validates against: the checks here only say it earlier, in
+//   Python's terms.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -24,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/collective_spec.hpp"
 #include "tccl/communicator.hpp"
 #include "tccl/error.hpp"
 #include "tccl/store.hpp"
@@ -31,6 +36,7 @@
 #include "tccl/work.hpp"
 
 namespace py = pybind11;
+namespace cs = tccl::algo;  // the collective table
 
 namespace {
 
@@ -347,22 +353,49 @@ void sameType(const Buffer& a, const Buffer& b, const tccl::Communicator& c) {
   }
 }
 
-void checkCount(size_t got, size_t want, const char* what, const tccl::Communicator& c) {
+// Errors name the collective as the communicator's do ("allgather: output ...").
+std::string named(cs::Collective coll, const std::string& msg) {
+  return std::string(cs::spec(coll).name) + ": " + msg;
+}
+
+void checkCount(cs::Collective coll, size_t got, size_t want, const char* what,
+                const tccl::Communicator& c) {
   if (got != want) {
-    invalid(std::string(what) + " has " + std::to_string(got) + " elements, expected " +
-                std::to_string(want),
+    invalid(named(coll, std::string(what) + " has " + std::to_string(got) + " elements, expected " +
+                            std::to_string(want)),
             c.rank());
   }
 }
 
-size_t perRank(size_t total, const char* what, const tccl::Communicator& c) {
-  const auto n = static_cast<size_t>(c.size());
-  if (total % n != 0) {
-    invalid(std::string(what) + " has " + std::to_string(total) +
-                " elements, not a multiple of the world size " + std::to_string(n),
-            c.rank());
+// The elements `coll`'s input (output) must have on this rank for a per-block count.
+size_t wantIn(cs::Collective coll, size_t count, const tccl::Communicator& c, int root = -1) {
+  return cs::inputElems(coll, count, c.size(), c.rank(), root);
+}
+size_t wantOut(cs::Collective coll, size_t count, const tccl::Communicator& c, int root = -1) {
+  return cs::outputElems(coll, count, c.size(), c.rank(), root);
+}
+
+// The per-block count of a buffer of `total` elements that holds `extent` (the table's
+// N-block buffers: a multiple of the world size).
+size_t countOf(cs::Collective coll, cs::Extent extent, size_t total, const char* what,
+               const tccl::Communicator& c) {
+  const size_t blocks = cs::elemsOf(extent, 1, c.size(), 0, 0);
+  if (blocks > 1 && total % blocks != 0) {
+    invalid(
+        named(coll, std::string(what) + " has " + std::to_string(total) +
+                        " elements, not a multiple of the world size " + std::to_string(blocks)),
+        c.rank());
   }
-  return total / n;
+  return blocks > 1 ? total / blocks : total;
+}
+
+// Refuses the in-place layouts the collective has not got.
+void checkPlacement(cs::Collective coll, const void* in, const void* out, size_t count,
+                    tccl::DataType t, const tccl::Communicator& c, int root = -1) {
+  if (cs::classify(coll, in, out, count, tccl::dataTypeSize(t), c.size(), c.rank(), root) ==
+      cs::Placement::InPlaceRefused) {
+    invalid(named(coll, "cannot run in place: pass distinct input and output"), c.rank());
+  }
 }
 
 using OptDt = std::optional<tccl::DataType>;
@@ -439,7 +472,8 @@ void bindCommunicator(py::module_& m) {
             if (!inPlace) {
               b.push_back(take(recv, true, "output", dt, *c));
               sameType(*b[0], *b[1], *c);
-              checkCount(b[1]->count(), b[0]->count(), "output", *c);
+              checkCount(cs::Collective::AllReduce, b[1]->count(),
+                         wantOut(cs::Collective::AllReduce, b[0]->count(), *c), "output", *c);
             }
             const void* s = b[0]->data();
             void* r = b.back()->data();
@@ -462,7 +496,8 @@ void bindCommunicator(py::module_& m) {
             b.push_back(take(send, false, "input", dt, *c));
             b.push_back(take(recv, true, "output", dt, *c));
             sameType(*b[0], *b[1], *c);
-            checkCount(b[0]->count(), b[1]->count() * static_cast<size_t>(c->size()),
+            checkCount(cs::Collective::ReduceScatter, b[0]->count(),
+                       wantIn(cs::Collective::ReduceScatter, b[1]->count(), *c),
                        "input (world size x output)", *c);
             const void* s = b[0]->data();
             void* r = b[1]->data();
@@ -485,7 +520,8 @@ void bindCommunicator(py::module_& m) {
             b.push_back(take(send, false, "input", dt, *c));
             b.push_back(take(recv, true, "output", dt, *c));
             sameType(*b[0], *b[1], *c);
-            checkCount(b[1]->count(), b[0]->count() * static_cast<size_t>(c->size()),
+            checkCount(cs::Collective::AllGather, b[1]->count(),
+                       wantOut(cs::Collective::AllGather, b[0]->count(), *c),
                        "output (world size x input)", *c);
             const void* s = b[0]->data();
             void* r = b[1]->data();
@@ -505,8 +541,10 @@ void bindCommunicator(py::module_& m) {
           [](const CommPtr& c, py::handle buf, int root, bool async, OptMs timeoutMs,
              tccl::Algorithm algo, OptDt dt) {
             std::vector<BufferPtr> b;
-            // The root only reads; a read-only array may be broadcast from.
-            b.push_back(take(buf, c->rank() != root, "tensor", dt, *c));
+            // The root only reads (its output is its input, in place); a read-only array
+            // may be broadcast from.
+            b.push_back(take(buf, !cs::hasInput(cs::Collective::Broadcast, c->rank(), root),
+                             "tensor", dt, *c));
             void* p = b[0]->data();
             const size_t n = b[0]->count();
             const auto t = b[0]->dtype();
@@ -524,7 +562,8 @@ void bindCommunicator(py::module_& m) {
           [](const CommPtr& c, py::handle buf, int root, tccl::ReduceOp op, bool async,
              OptMs timeoutMs, tccl::Algorithm algo, OptDt dt) {
             std::vector<BufferPtr> b;
-            b.push_back(take(buf, c->rank() == root, "tensor", dt, *c));
+            b.push_back(take(buf, cs::hasOutput(cs::Collective::Reduce, c->rank(), root), "tensor",
+                             dt, *c));
             void* p = b[0]->data();
             const size_t n = b[0]->count();
             const auto t = b[0]->dtype();
@@ -556,13 +595,13 @@ void bindCommunicator(py::module_& m) {
             b.push_back(take(send, false, "input", dt, *c));
             b.push_back(take(recv, true, "output", dt, *c));
             sameType(*b[0], *b[1], *c);
-            checkCount(b[1]->count(), b[0]->count(), "output", *c);
-            if (b[0]->data() == b[1]->data() && b[0]->count() > 0)
-              invalid("all_to_all cannot run in place: pass distinct input and output", c->rank());
+            constexpr auto kA2A = cs::Collective::AllToAll;
+            const size_t n = countOf(kA2A, cs::spec(kA2A).input, b[0]->count(), "input", *c);
+            checkCount(kA2A, b[1]->count(), wantOut(kA2A, n, *c), "output", *c);
             const void* s = b[0]->data();
             void* r = b[1]->data();
-            const size_t n = perRank(b[0]->count(), "input", *c);
             const auto t = b[0]->dtype();
+            checkPlacement(kA2A, s, r, n, t, *c);
             const auto o = callOptions(timeoutMs, tccl::Algorithm::Auto);
             return execute(c, std::move(b), async, [&](tccl::Communicator& k, bool a) {
               if (a) return k.allToAllAsync(s, r, n, t, o);
@@ -580,11 +619,13 @@ void bindCommunicator(py::module_& m) {
             std::vector<BufferPtr> b;
             b.push_back(take(send, false, "input", dt, *c));
             void* r = nullptr;
-            if (c->rank() == root) {
-              if (recv.is_none()) invalid("gather: the root needs an output", c->rank());
+            if (cs::hasOutput(cs::Collective::Gather, c->rank(), root)) {
+              if (recv.is_none())
+                invalid(named(cs::Collective::Gather, "the root needs an output"), c->rank());
               b.push_back(take(recv, true, "output", dt, *c));
               sameType(*b[0], *b[1], *c);
-              checkCount(b[1]->count(), b[0]->count() * static_cast<size_t>(c->size()),
+              checkCount(cs::Collective::Gather, b[1]->count(),
+                         wantOut(cs::Collective::Gather, b[0]->count(), *c, root),
                          "output (world size x input)", *c);
               r = b[1]->data();
             }
@@ -608,11 +649,13 @@ void bindCommunicator(py::module_& m) {
             std::vector<BufferPtr> b;
             b.push_back(take(recv, true, "output", dt, *c));
             const void* s = nullptr;
-            if (c->rank() == root) {
-              if (send.is_none()) invalid("scatter: the root needs an input", c->rank());
+            if (cs::hasInput(cs::Collective::Scatter, c->rank(), root)) {
+              if (send.is_none())
+                invalid(named(cs::Collective::Scatter, "the root needs an input"), c->rank());
               b.push_back(take(send, false, "input", dt, *c));
               sameType(*b[0], *b[1], *c);
-              checkCount(b[1]->count(), b[0]->count() * static_cast<size_t>(c->size()),
+              checkCount(cs::Collective::Scatter, b[1]->count(),
+                         wantIn(cs::Collective::Scatter, b[0]->count(), *c, root),
                          "input (world size x output)", *c);
               s = b[1]->data();
             }

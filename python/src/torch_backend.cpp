@@ -286,6 +286,8 @@ class TcclWork final : public c10d::Work {
     return true;
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // A receive from any source: who sent it (torch's recv() returns this).
+  int sourceRank() const override { return work_->source(); }
 
  private:
   struct UnpackError {
@@ -302,11 +304,12 @@ class TcclWork final : public c10d::Work {
 
 class ProcessGroupTccl final : public c10d::ProcessGroup {
  public:
-  ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Millis timeout,
-                   const std::string& listenAddress)
+  // timeout: torch's (none: the communicator's default); 0 or less is an InvalidArgument.
+  ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::optional<Millis> timeout, const std::string& listenAddress)
       : c10d::ProcessGroup(rank, size) {
     tccl::CommOptions o;
-    o.timeout = timeout;
+    if (timeout) o.timeout = *timeout;
     o.listenAddress = listenAddress;
     comm_ =
         std::make_unique<tccl::Communicator>(std::make_shared<TorchStore>(store), rank, size, o);
@@ -520,21 +523,36 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     return make(c10d::OpType::SCATTER, std::move(w), {out}, {scratch});
   }
 
-  // Tags are not carried: messages between two ranks match in the order they are issued.
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int /*tag*/) override {
+  // Point to point with MPI's matching (tccl's p2p engine): tags match independently,
+  // messages with one tag between two ranks in order; recvAnysource takes the first
+  // message from any rank with the tag, and its Work's sourceRank() names the sender.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     const auto& t = single(tensors, "send", rank_);
     const Flat f = forMove(t, "send tensor", rank_);
-    auto w = comm_->sendAsync(f.data, f.count, f.dtype, dst);
+    auto w = comm_->sendAsync(f.data, f.count, f.dtype, dst, tag);
     return make(c10d::OpType::SEND, std::move(w), {}, {t});
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int /*tag*/) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     const auto& t = single(tensors, "recv", rank_);
     const Flat f = forMove(t, "recv tensor", rank_);
-    auto w = comm_->recvAsync(f.data, f.count, f.dtype, src);
+    auto w = comm_->recvAsync(f.data, f.count, f.dtype, src, tag);
     return make(c10d::OpType::RECV, std::move(w), {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    const auto& t = single(tensors, "recv", rank_);
+    const Flat f = forMove(t, "recv tensor", rank_);
+    auto w = comm_->recvAsync(f.data, f.count, f.dtype, tccl::kAnySource, tag);
+    return make(c10d::OpType::RECVANYSOURCE, std::move(w), {t});
+  }
+
+  // batch_isend_irecv: torch brackets the batch with these; tccl posts it as one group
+  // (Communicator::groupStart / groupEnd), so no operation of the batch waits on the
+  // order of another.
+  void startCoalescing() override { comm_->groupStart(); }
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /*reqs*/) override {
+    comm_->groupEnd();
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
@@ -575,10 +593,12 @@ PYBIND11_MODULE(_tccl_torch, m) {
   // communicator over torch's store, which waits for every rank, so without the GIL.
   m.def(
       "create_process_group",
-      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeoutMs,
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::optional<int64_t> timeoutMs,
          const std::string& listenAddress) -> c10::intrusive_ptr<c10d::ProcessGroup> {
-        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, Millis(timeoutMs),
-                                                     listenAddress);
+        std::optional<Millis> timeout;
+        if (timeoutMs) timeout = Millis(*timeoutMs);
+        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, timeout, listenAddress);
       },
       py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
       py::arg("listen_address") = "", py::call_guard<py::gil_scoped_release>());

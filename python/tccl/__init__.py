@@ -152,8 +152,36 @@ def _as_buffer(x, what):
     return x, None
 
 
-def _timeout_ms(timeout):
-    """None, seconds (int/float) or a datetime.timedelta -> milliseconds or None."""
+# The longest timeout tccl takes (2^40 ms, about 35 years), as in C++ (config::kMaxTimeoutMs).
+_MAX_TIMEOUT_MS = 1 << 40
+
+
+def _timeout_ms(timeout, what="timeout"):
+    """None, seconds (int/float) or a datetime.timedelta -> milliseconds or None.
+
+    A communicator's or a call's timeout must be positive: 0 or less once meant "wait
+    forever", and some finite deadline is always in force now (docs/env.md). A positive
+    timeout under a millisecond counts as 1 ms.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, _datetime.timedelta):
+        seconds = timeout.total_seconds()
+    else:
+        seconds = float(timeout)
+    if not seconds > 0:  # also NaN
+        raise InvalidArgumentError(
+            f"tccl: {what}={timeout!r}: a timeout must be positive (0 or less would wait "
+            "forever); use a large value instead, e.g. 86400 (a day)")
+    if seconds * 1000 > _MAX_TIMEOUT_MS:
+        raise InvalidArgumentError(
+            f"tccl: {what}={timeout!r}: more than the longest timeout, {_MAX_TIMEOUT_MS} ms "
+            "(about 35 years)")
+    return max(1, int(seconds * 1000))
+
+
+def _wait_ms(timeout):
+    """Work.wait's timeout -> milliseconds or None (0 or less: do not wait, just check)."""
     if timeout is None:
         return None
     if isinstance(timeout, _datetime.timedelta):
@@ -219,7 +247,7 @@ class Work:
     def wait(self, timeout=None):
         """Blocks until done (or, with a timeout in seconds/timedelta, raises
         tccl.TimeoutError if not done by then; the call goes on). Returns True."""
-        self._work.wait(_timeout_ms(timeout))
+        self._work.wait(_wait_ms(timeout))
         if self._finish is not None:
             finish, self._finish = self._finish, None
             finish()

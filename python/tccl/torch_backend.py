@@ -38,7 +38,8 @@ def _listen_address():
 
 
 def _create(store, rank, world_size, timeout):
-    timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else -1
+    # None: the communicator's default; 0 or less is refused (it would wait forever).
+    timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else None
     return _tccl_torch.create_process_group(store, rank, world_size, timeout_ms,
                                             _listen_address())
 

@@ -280,26 +280,4 @@ Schedule flatScatter(int rank, int n, int root, size_t c, size_t segElems) {
   return flatRooted(rank, n, root, c, segElems, /*toRoot=*/false);
 }
 
-Schedule sendTo(int peer, size_t c, size_t segElems) {
-  Schedule s;
-  s.algorithm = "p2p";
-  s.phases.push_back({"send", 0, 1});
-  for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-    addSend(s, peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Input);
-  }
-  collectPeers(s);
-  return s;
-}
-
-Schedule recvFrom(int peer, size_t c, size_t segElems) {
-  Schedule s;
-  s.algorithm = "p2p";
-  s.phases.push_back({"recv", 0, 1});
-  for (size_t k = 0; k < segmentCount(c, segElems); ++k) {
-    addRecvCopy(s, peer, 0, segmentRange(Range{0, c}, segElems, k), BufferId::Output);
-  }
-  collectPeers(s);
-  return s;
-}
-
 }  // namespace tccl::algo

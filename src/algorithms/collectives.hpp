@@ -59,8 +59,4 @@ Schedule flatGather(int rank, int n, int root, size_t c, size_t segElems);
 // receives its block into Output (origin r*c; the root's own block copied locally).
 Schedule flatScatter(int rank, int n, int root, size_t c, size_t segElems);
 
-// Point to point: c elements of Input to `peer`, or from `peer` into Output.
-Schedule sendTo(int peer, size_t c, size_t segElems);
-Schedule recvFrom(int peer, size_t c, size_t segElems);
-
 }  // namespace tccl::algo

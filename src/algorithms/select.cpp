@@ -1,11 +1,16 @@
 #include "algorithms/select.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -91,6 +96,53 @@ void LinkModel::save(const std::string& path) const {
     f << buf;
   }
   if (!f) throwError(ErrorKind::System, "cannot write " + path);
+}
+
+namespace {
+
+// The names encodeLinkModel writes, in its order (one per field of LinkModel).
+constexpr const char* kLinkModelFields[] = {
+    "alpha_sec",       "beta_sec_per_byte",       "hd_bandwidth_penalty", "hd_penalty_from_bytes",
+    "inter_alpha_sec", "inter_beta_sec_per_byte", "gamma_sec_per_byte",   "cores"};
+
+}  // namespace
+
+std::string encodeLinkModel(const LinkModel& m) {
+  // Every field by name: adding one to LinkModel breaks this line until it is encoded.
+  const auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
+  char buf[512];
+  std::snprintf(
+      buf, sizeof buf, "%s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%d",
+      kLinkModelFields[0], alpha, kLinkModelFields[1], beta, kLinkModelFields[2], hdPenalty,
+      kLinkModelFields[3], hdFrom, kLinkModelFields[4], interAlpha, kLinkModelFields[5], interBeta,
+      kLinkModelFields[6], gamma, kLinkModelFields[7], cores);
+  return buf;
+}
+
+std::optional<LinkModel> decodeLinkModel(const std::string& s) {
+  LinkModel m;
+  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
+  double* doubles[] = {&alpha, &beta, &hdPenalty, &hdFrom, &interAlpha, &interBeta, &gamma};
+  const char* p = s.c_str();
+  for (size_t i = 0; i < std::size(kLinkModelFields); ++i) {
+    if (i > 0 && *p++ != ' ') return std::nullopt;
+    const size_t n = std::strlen(kLinkModelFields[i]);
+    if (std::strncmp(p, kLinkModelFields[i], n) != 0 || p[n] != '=') return std::nullopt;
+    p += n + 1;
+    char* end = nullptr;
+    errno = 0;
+    if (i < std::size(doubles)) {
+      *doubles[i] = std::strtod(p, &end);
+    } else {
+      const long v = std::strtol(p, &end, 10);
+      if (v < INT32_MIN || v > INT32_MAX) return std::nullopt;
+      cores = static_cast<int>(v);
+    }
+    if (end == p || errno == ERANGE) return std::nullopt;
+    p = end;
+  }
+  if (*p != '\0') return std::nullopt;
+  return m;
 }
 
 LinkModel LinkModel::fromEnv() {

@@ -84,6 +84,16 @@ struct LinkModel {
   static std::string tuneFilePath();
 };
 
+// Every field of a LinkModel as one line of text, exact (doubles as %.17g), for the job
+// record rank 0 shares through the store so that every rank's Auto decides alike:
+// "alpha_sec=... beta_sec_per_byte=... hd_bandwidth_penalty=... hd_penalty_from_bytes=...
+// inter_alpha_sec=... inter_beta_sec_per_byte=... gamma_sec_per_byte=... cores=...".
+// A field added to LinkModel without being added here does not compile (the encoder
+// binds every field by name). decodeLinkModel needs every field, in that order, and
+// returns nullopt for anything else.
+std::string encodeLinkModel(const LinkModel& m);
+std::optional<LinkModel> decodeLinkModel(const std::string& s);
+
 double predictRingSec(int n, size_t bytes, const LinkModel& m);
 double predictNaiveSec(int n, size_t bytes, const LinkModel& m);
 double predictTreeSec(int n, size_t bytes, const LinkModel& m);

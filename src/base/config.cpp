@@ -29,7 +29,34 @@ std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi) {
   return x;
 }
 
-std::optional<int64_t> timeoutMs() { return getEnvInt("TCCL_TIMEOUT_MS", -1, int64_t{1} << 40); }
+void checkTimeout(const std::string& where, int64_t ms, int rank) {
+  if (ms <= 0) {
+    throwError(ErrorKind::InvalidArgument,
+               where +
+                   ": a timeout must be positive (0 or less would wait forever); use a large "
+                   "value instead, e.g. 86400000 ms (a day)",
+               rank);
+  }
+  if (ms > kMaxTimeoutMs) {
+    throwError(ErrorKind::InvalidArgument,
+               where + ": more than the longest timeout, " + std::to_string(kMaxTimeoutMs) +
+                   " ms (about 35 years)",
+               rank);
+  }
+}
+
+std::optional<int64_t> timeoutMs() {
+  constexpr const char* kName = "TCCL_TIMEOUT_MS";
+  const auto text = getEnv(kName);
+  if (!text) return std::nullopt;
+  // An integer of 0 or less gets its own message; anything else the range's.
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(text->c_str(), &end, 10);
+  if (*end == '\0' && errno == 0 && x <= 0)
+    checkTimeout(std::string(kName) + "='" + *text + "'", x);
+  return getEnvInt(kName, 1, kMaxTimeoutMs);
+}
 
 size_t segmentBytes() {
   auto v = getEnvInt("TCCL_SEGMENT_BYTES", 1, int64_t{1} << 32);

@@ -15,8 +15,17 @@ std::optional<std::string> getEnv(const char* name);
 // but not an integer in [lo, hi].
 std::optional<int64_t> getEnvInt(const char* name, int64_t lo, int64_t hi);
 
-// TCCL_TIMEOUT_MS (milliseconds; -1 or 0 = no timeout).
+// TCCL_TIMEOUT_MS (milliseconds, in [1, kMaxTimeoutMs]). 0 or less is an
+// InvalidArgumentError (it would wait forever), as is anything but an integer.
 std::optional<int64_t> timeoutMs();
+
+// The longest timeout tccl takes: 2^40 ms, about 35 years.
+constexpr int64_t kMaxTimeoutMs = int64_t{1} << 40;
+// Every timeout tccl takes (TCCL_TIMEOUT_MS, CommOptions::timeout, a per-call timeout,
+// shrink's, Python's) must be in [1, kMaxTimeoutMs] ms: 0 or less once meant "wait
+// forever", and some finite deadline is always in force now. Otherwise throws an
+// InvalidArgumentError that starts with `where` (e.g. "CommOptions::timeout of 0 ms").
+void checkTimeout(const std::string& where, int64_t ms, int rank = -1);
 // TCCL_SEGMENT_BYTES (pipeline segment, default 1 MiB: the best of 64 KiB..4 MiB at
 // 64 MiB, worlds 2 and 4, in docs/PERFORMANCE.md).
 size_t segmentBytes();

@@ -54,6 +54,52 @@ std::optional<ErrorKind> kindFromString(std::string_view s) {
 
 }  // namespace
 
+namespace keys {
+std::string heartbeat(int rank) { return "hb/" + std::to_string(rank); }
+std::string signature(int64_t seq, int rank) {
+  return "sig/" + std::to_string(seq) + "/" + std::to_string(rank);
+}
+std::string lastSignature(int rank) { return "sigmax/" + std::to_string(rank); }
+std::string shrinkAlive(int shrink, int rank) {
+  return "shrink/" + std::to_string(shrink) + "/alive/" + std::to_string(rank);
+}
+std::string shrinkCount(int shrink) { return "shrink/" + std::to_string(shrink) + "/count"; }
+std::string shrinkMembers(int shrink) { return "shrink/" + std::to_string(shrink) + "/members"; }
+}  // namespace keys
+
+std::string encodeSignature(const Signature& s) {
+  return std::to_string(s.fingerprint) + " " + s.text;
+}
+
+std::optional<Signature> decodeSignature(const std::string& v) {
+  Signature s;
+  const size_t sp = v.find(' ');
+  if (!parseInt(std::string_view(v).substr(0, sp), &s.fingerprint)) return std::nullopt;
+  if (sp != std::string::npos) s.text = v.substr(sp + 1);
+  return s;
+}
+
+std::string encodeLastSeq(int64_t seq) { return std::to_string(seq); }
+
+std::optional<int64_t> decodeLastSeq(const std::string& s) {
+  int64_t seq = 0;
+  if (!parseInt(std::string_view(s), &seq)) return std::nullopt;
+  return seq;
+}
+
+std::string encodeMembers(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : " ") + std::to_string(r);
+  return out;
+}
+
+std::vector<int> decodeMembers(const std::string& s) {
+  std::vector<int> ranks;
+  std::istringstream is(s);
+  for (int r; is >> r;) ranks.push_back(r);
+  return ranks;
+}
+
 std::string encodeHeartbeat(const Heartbeat& h) {
   std::ostringstream os;
   os << h.beat << ' ' << h.entered << ' ' << h.completed << ' ' << h.fingerprint << ' '

@@ -1,11 +1,20 @@
-// Failure handling's pure parts: the records ranks exchange through the store, and
-// the rules that turn them into one culprit every survivor agrees on.
+// Failure handling's pure parts: the store keys and records ranks exchange (every one of
+// them is named and encoded here, nowhere else), and the rules that turn them into one
+// culprit every survivor agrees on. The protocol that uses them is in
+// core/failure_protocol.cpp and core/heartbeat.cpp (docs/errors.md).
 //
 // Store keys (under the communicator's namespace, see docs/errors.md):
-//   hb/<rank>     heartbeat record, rewritten every TCCL_HEARTBEAT_MS by each rank
-//   sig/<seq>/<r> rank r's signature of its collective #seq, written when it fails
-//   abort/claim   counter: the rank that takes it to 1 decides the culprit
-//   abort/cause   the decided cause (encodeCause), read by every other rank
+//   hb/<rank>              heartbeat record (encodeHeartbeat), rewritten every
+//                          TCCL_HEARTBEAT_MS by each rank
+//   sig/<seq>/<r>          rank r's signature of its collective #seq (encodeSignature),
+//                          written when it fails
+//   sigmax/<r>             rank r's last sequence number (encodeLastSeq), written after its
+//                          signatures: once it is there, they all are
+//   abort/claim            counter: the rank that takes it to 1 decides the culprit
+//   abort/cause            the decided cause (encodeCause), read by every other rank
+//   shrink/<n>/alive/<r>   rank r arrived at the communicator's n-th shrink
+//   shrink/<n>/count       counter of arrivals at shrink n
+//   shrink/<n>/members     the agreed members of shrink n (encodeMembers)
 #pragma once
 
 #include <cstdint>
@@ -17,6 +26,20 @@
 #include "tccl/error.hpp"
 
 namespace tccl::failure {
+
+// ---- the keys ----------------------------------------------------------------------------
+namespace keys {
+std::string heartbeat(int rank);               // hb/<rank>
+std::string signature(int64_t seq, int rank);  // sig/<seq>/<rank>
+std::string lastSignature(int rank);           // sigmax/<rank>
+inline constexpr const char* kClaim = "abort/claim";
+inline constexpr const char* kCause = "abort/cause";
+std::string shrinkAlive(int shrink, int rank);  // shrink/<n>/alive/<rank>
+std::string shrinkCount(int shrink);            // shrink/<n>/count
+std::string shrinkMembers(int shrink);          // shrink/<n>/members
+}  // namespace keys
+
+// ---- the records -------------------------------------------------------------------------
 
 // What a rank says of itself, as text: "beat entered completed fingerprint sig", then
 // one line "seq fingerprint sig" per recent collective (signatures escaped).
@@ -43,6 +66,25 @@ std::optional<Heartbeat> decodeHeartbeat(const std::string& s);
 // ErrorInfo as "key=value" lines (values escaped); decode ignores unknown keys.
 std::string encodeCause(const ErrorInfo& info);
 std::optional<ErrorInfo> decodeCause(const std::string& s);
+
+// A rank's signature of one collective (sig/<seq>/<rank>): "fingerprint signature".
+struct Signature {
+  uint32_t fingerprint = 0;
+  std::string text;
+  bool operator==(const Signature&) const = default;
+};
+std::string encodeSignature(const Signature& s);
+std::optional<Signature> decodeSignature(const std::string& s);
+// The last sequence number whose signature a rank published (sigmax/<rank>), as a decimal.
+std::string encodeLastSeq(int64_t seq);
+std::optional<int64_t> decodeLastSeq(const std::string& s);
+// The members a shrink agreed on, ascending old ranks: "0 1 3".
+std::string encodeMembers(const std::vector<int>& ranks);
+std::vector<int> decodeMembers(const std::string& s);
+// The value of shrink/<n>/alive/<rank>.
+inline constexpr const char* kAliveMark = "1";
+
+// ---- the rules ---------------------------------------------------------------------------
 
 struct Verdict {
   int culprit = -1;

@@ -131,7 +131,12 @@ std::string LaunchEnv::describe() const {
   return s;
 }
 
-LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
+namespace {
+
+// Rank and world size: TCCL_ variables win field by field over the first launcher that
+// sets either. Sets *outerOut to that launcher (null: none) and *sizeNameOut to the
+// variable the world size came from.
+LaunchEnv resolveRank(const EnvMap& env, const Source** outerOut, std::string* sizeNameOut) {
   // The launcher that gives what TCCL_ variables do not: the first whose rank or world
   // size is set.
   const Source* outer = nullptr;
@@ -176,8 +181,14 @@ LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
     invalid(rankName + "=" + std::to_string(out.rank) + " is not below " + sizeName + "=" +
             std::to_string(out.worldSize));
   }
+  *outerOut = outer;
+  *sizeNameOut = sizeName;
+  return out;
+}
 
-  // Local rank and size: optional, from the same precedence.
+// Local rank and size: optional, from the same precedence.
+void resolveLocal(const EnvMap& env, const Source* outer, const std::string& sizeName,
+                  LaunchEnv& out) {
   const char* localRankName = nullptr;
   if (auto v = intVar(env, kTccl.localRank, 0, kMaxWorld)) {
     out.localRank = *v;
@@ -213,8 +224,10 @@ LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
     invalid(std::string(localRankName) + "=" + std::to_string(out.localRank) +
             " is not below the world size " + sizeName + "=" + std::to_string(out.worldSize));
   }
+}
 
-  // The store.
+// The store: TCCL_STORE, else MASTER_ADDR/MASTER_PORT (rank 0 hosts it).
+void resolveStore(const EnvMap& env, bool requireStore, LaunchEnv& out) {
   if (auto addr = lookup(env, "TCCL_STORE")) {
     std::pair<std::string, uint16_t> hp;
     try {
@@ -229,7 +242,7 @@ LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
     out.storeHost = hp.first;
     out.storePort = hp.second;
     out.storeVariables = "TCCL_STORE";
-    return out;
+    return;
   }
   auto host = lookup(env, "MASTER_ADDR");
   auto port = intVar(env, "MASTER_PORT", 1, 65535);
@@ -249,7 +262,7 @@ LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
       out.storePort = static_cast<uint16_t>(*port + 1);
       out.storeVariables = "MASTER_ADDR/MASTER_PORT+1 (torchrun agent store on MASTER_PORT)";
     }
-    return out;
+    return;
   }
   if (host || port) {
     invalid(std::string(host ? "MASTER_ADDR" : "MASTER_PORT") + " is set but " +
@@ -273,6 +286,16 @@ LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
     }
     invalid(msg);
   }
+}
+
+}  // namespace
+
+LaunchEnv resolveLaunchEnv(const EnvMap& env, bool requireStore) {
+  const Source* outer = nullptr;
+  std::string sizeName;
+  LaunchEnv out = resolveRank(env, &outer, &sizeName);
+  resolveLocal(env, outer, sizeName, out);
+  resolveStore(env, requireStore, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "core/topology.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/config.hpp"
@@ -54,10 +55,53 @@ algo::HostLayout Topology::read(const std::shared_ptr<Store>& userStore,
   return readKeys(ns, size, timeout);
 }
 
-const algo::HostLayout& Topology::layout() const {
+algo::HostLayout Topology::readBefore(Deadline deadline) const {
+  std::vector<std::string> names;
+  for (int r = 0; r < size_; ++r) names.push_back(hostKeyName(r));
+  const auto start = Deadline::Clock::now();
+  // At least 1 ms: a store wait of 0 or less would not be bounded.
+  const auto left = deadline.isNever()
+                        ? timeout_
+                        : std::max(std::chrono::milliseconds(1),
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       deadline.at() - Deadline::Clock::now()));
+  try {
+    store_->wait(names, left);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Timeout) throw;
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store_->check({names[static_cast<size_t>(r)]})) missing.push_back(r);
+    }
+    if (missing.empty()) throw;
+    std::string list;
+    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    ErrorInfo info;
+    info.kind = ErrorKind::Timeout;
+    info.rank = rank_;
+    info.peer = missing.front();
+    info.phase = "hosts";
+    info.elapsedMs =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)
+            .count();
+    info.timeoutMs = left.count();
+    info.message = "rank " + std::to_string(missing.front()) + " has not published its host (" +
+                   names[static_cast<size_t>(missing.front())] +
+                   ") in the store: it has not created its communicator (missing: rank" +
+                   (missing.size() > 1 ? "s " : " ") + list + ")";
+    throwError(std::move(info));
+  }
+  std::vector<std::string> keys;
+  for (const std::string& n : names) keys.push_back(store_->getString(n));
+  return algo::HostLayout::fromKeys(keys);
+}
+
+const algo::HostLayout& Topology::layout() const { return layout(Deadline::after(timeout_)); }
+
+const algo::HostLayout& Topology::layout(Deadline deadline) const {
   std::lock_guard<std::mutex> lk(mu_);
   if (!layout_) {
-    layout_ = readKeys(*store_, size_, timeout_);
+    layout_ = readBefore(deadline);
     const int h = layout_->hostOf[static_cast<size_t>(rank_)];
     TCCL_INFO("hosts: " << layout_->describe() << "; this rank is local rank "
                         << layout_->localOf[static_cast<size_t>(rank_)] << " of host " << h << " ('"
@@ -66,8 +110,10 @@ const algo::HostLayout& Topology::layout() const {
   return *layout_;
 }
 
-const algo::HostCosts& Topology::costs() const {
-  const algo::HostLayout& l = layout();
+const algo::HostCosts& Topology::costs() const { return costs(Deadline::after(timeout_)); }
+
+const algo::HostCosts& Topology::costs(Deadline deadline) const {
+  const algo::HostLayout& l = layout(deadline);
   std::lock_guard<std::mutex> lk(mu_);
   if (!costs_) costs_ = algo::HostCosts::of(l);
   return *costs_;

@@ -19,6 +19,7 @@
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/select.hpp"
 #include "tccl/store.hpp"
+#include "tccl/types.hpp"
 
 namespace tccl {
 
@@ -31,10 +32,14 @@ class Topology {
            std::chrono::milliseconds timeout);
 
   const std::string& key() const { return key_; }
-  // Every rank's key, grouped; read once (thread-safe). Throws the store's error when a
-  // rank's key does not appear within the timeout.
+  // Every rank's key, grouped; read once (thread-safe), waiting for the others' keys
+  // until `deadline` (a call's), or for the timeout given at construction. A rank whose
+  // key is still missing then is a TimeoutError naming it as the peer (phase "hosts"):
+  // it has not created its communicator.
+  const algo::HostLayout& layout(Deadline deadline) const;
   const algo::HostLayout& layout() const;
   // The cost model's view of the layout, computed once.
+  const algo::HostCosts& costs(Deadline deadline) const;
   const algo::HostCosts& costs() const;
 
   // TCCL_HOST_ID if set, else the host part of "ip:port" / "[v6]:port".
@@ -46,6 +51,7 @@ class Topology {
 
  private:
   static algo::HostLayout readKeys(Store& store, int size, std::chrono::milliseconds timeout);
+  algo::HostLayout readBefore(Deadline deadline) const;
 
   std::shared_ptr<Store> store_;
   int rank_;

@@ -17,7 +17,34 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
+int Work::source() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return source_;
+}
+
+int Work::tag() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return tag_;
+}
+
+void Work::setSource(int source, int tag) {
+  std::lock_guard<std::mutex> lk(mu_);
+  source_ = source;
+  tag_ = tag;
+}
+
+void Work::setDriver(std::function<void()> driver) {
+  std::lock_guard<std::mutex> lk(mu_);
+  driver_ = std::move(driver);
+}
+
 void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
+  std::function<void()> driver;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!done_ && !timeout) driver = driver_;
+  }
+  if (driver) driver();
   std::unique_lock<std::mutex> lk(mu_);
   if (timeout) {
     if (!cv_.wait_for(lk, *timeout, [&] { return done_; })) {

@@ -1,15 +1,12 @@
 #include "exec/executor.hpp"
 
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -27,20 +24,16 @@ using algo::OpType;
 using algo::RecvAction;
 
 struct ChanState {
-  Channel* ch = nullptr;
+  Link* link = nullptr;
   std::vector<int32_t> sends;
   std::vector<int32_t> recvs;
   size_t sendHead = 0;
   size_t recvHead = 0;
-  // The message being sent: header then payload; sendDone counts both.
-  uint8_t sendHdr[wire::kHeaderSize] = {};
-  size_t sendDone = 0;
-  bool sendBlocked = false;  // the socket said EAGAIN
-  // The message being received.
-  uint8_t recvHdr[wire::kHeaderSize] = {};
-  size_t recvDone = 0;
+  TxFrame tx;                // the message being sent
+  bool sendBlocked = false;  // the link would block
+  RxFrame rx;                // the message being received
   bool landed = false;       // payload complete, action waits for a dependency
-  bool recvBlocked = false;  // the socket said EAGAIN
+  bool recvBlocked = false;  // the link would block
   uint8_t* staging = nullptr;
   bool parked = false;  // holds the next call's message: stop watching it this call
 };
@@ -56,41 +49,44 @@ class Run {
     start_ = Deadline::Clock::now();
   }
 
-  void execute(Transport& transport, std::map<int, std::vector<uint8_t>>& staging) {
+  void execute(LinkProvider& links, std::map<int, std::vector<uint8_t>>& staging) {
     const size_t stagingBytes = sched_.maxRecvElems() * elem_;
     std::map<int, size_t> index;
     std::set<int> reducesFrom;  // peers whose payload lands in staging
     for (const Op& op : sched_.ops) {
       if (op.type == OpType::Recv && op.action == RecvAction::Reduce) reducesFrom.insert(op.peer);
     }
+    chans_.reserve(sched_.peers.size());
     for (int peer : sched_.peers) {
       index[peer] = chans_.size();
-      ChanState cs;
-      cs.ch = &transport.channel(peer);
+      ChanState& cs = chans_.emplace_back();
+      cs.link = &links.link(peer);
       if (reducesFrom.count(peer)) {
         std::vector<uint8_t>& buf = staging[peer];
         if (buf.size() < stagingBytes) buf.resize(stagingBytes);
         cs.staging = buf.data();
       }
-      chans_.push_back(cs);
     }
     for (size_t i = 0; i < sched_.ops.size(); ++i) {
       const Op& op = sched_.ops[i];
+      if (op.type == OpType::Copy) {
+        copies_.push_back(static_cast<int32_t>(i));
+        continue;
+      }
       ChanState& cs = chans_[index[op.peer]];
       (op.type == OpType::Send ? cs.sends : cs.recvs).push_back(static_cast<int32_t>(i));
     }
+    watched_.reserve(ctx_.watchPeers.size());
     for (int peer : ctx_.watchPeers) {
       if (index.count(peer)) continue;
-      ChanState cs;
-      cs.ch = &transport.channel(peer);
-      watched_.push_back(cs);
+      watched_.emplace_back().link = &links.link(peer);
     }
     if (ctx_.fault) armFault();
     auto lastProgress = Deadline::Clock::now();
     const auto spin = std::chrono::microseconds(ctx_.spinMicros);
     while (remaining_ > 0) {
-      bool progress = false;
-      // Sends first, on every channel: what this rank owes its peers leaves before it
+      bool progress = !copies_.empty() && runCopies();
+      // Sends first, on every link: what this rank owes its peers leaves before it
       // looks at (and perhaps fails on) what they sent.
       for (ChanState& cs : chans_) progress |= pumpSends(cs);
       for (ChanState& cs : chans_) progress |= pumpRecvs(cs);
@@ -105,7 +101,7 @@ class Run {
         sched_yield();
         continue;
       }
-      waitForSockets();
+      waitForLinks();
     }
   }
 
@@ -134,6 +130,31 @@ class Run {
     return op.dependsOn < 0 || done_[static_cast<size_t>(op.dependsOn)] != 0;
   }
 
+  // Local copies whose dependency is done, in schedule order (one may enable the next).
+  bool runCopies() {
+    bool progress = false;
+    size_t kept = 0;
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      const int32_t idx = copies_[i];
+      const Op& op = sched_.ops[static_cast<size_t>(idx)];
+      if (!depReady(op)) {
+        copies_[kept++] = idx;
+        continue;
+      }
+      uint8_t* dst = outPtr(op);
+      const uint8_t* src = bufPtr(op.buffer, op);
+      const size_t n = op.range.count;
+      if (dst != src && n > 0) std::memmove(dst, src, n * elem_);
+      if (op.finalize && ctx_.op == ReduceOp::Avg && n > 0) {
+        reduce::divide(dst, n, ctx_.dtype, ctx_.worldSize);
+      }
+      complete(idx);
+      progress = true;
+    }
+    copies_.resize(kept);
+    return progress;
+  }
+
   bool pumpSends(ChanState& cs) {
     bool progress = false;
     cs.sendBlocked = false;
@@ -141,55 +162,31 @@ class Run {
       const int32_t idx = cs.sends[cs.sendHead];
       const Op& op = sched_.ops[static_cast<size_t>(idx)];
       if (!depReady(op)) break;
-      const size_t len = op.range.count * elem_;
-      if (cs.sendDone == 0) {
+      if (cs.tx.idle()) {
         if (faultStep_ >= 0) maybeFault(op);
         wire::MessageHeader h;
         h.kind = wire::MsgKind::Data;
-        h.flags = ctx_.p2p ? wire::kFlagP2P : 0;
         h.seq = ctx_.seq;
         h.fingerprint = ctx_.fingerprint;
         h.step = op.step;
-        h.length = len;
-        wire::encodeHeader(h, cs.sendHdr);
+        h.length = op.range.count * elem_;
+        cs.tx.start(h, bufPtr(op.buffer, op));
       }
-      iovec iov[2];
-      int iovcnt = 0;
-      const uint8_t* payload = bufPtr(op.buffer, op);
-      if (cs.sendDone < wire::kHeaderSize) {
-        iov[iovcnt++] = {cs.sendHdr + cs.sendDone, wire::kHeaderSize - cs.sendDone};
-        if (len > 0) iov[iovcnt++] = {const_cast<uint8_t*>(payload), len};
-      } else {
-        size_t off = cs.sendDone - wire::kHeaderSize;
-        iov[iovcnt++] = {const_cast<uint8_t*>(payload) + off, len - off};
+      const LinkIo io = cs.tx.pump(*cs.link);
+      if (io.status == LinkStatus::Blocked) {
+        cs.sendBlocked = true;
+        break;
       }
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<size_t>(iovcnt);
-      ssize_t n = ::sendmsg(cs.ch->fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          cs.sendBlocked = true;
-          break;
-        }
-        fail(errno == EPIPE || errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs,
-             op, cs.sendDone,
-             errno == EPIPE || errno == ECONNRESET ? "connection closed by the peer while sending"
-                                                   : "send failed: " + net::errnoString(errno));
+      if (io.status == LinkStatus::Closed) {
+        fail(ErrorKind::PeerClosed, cs, op, cs.tx.sent(),
+             "connection closed by the peer while sending");
       }
-      const size_t un = static_cast<size_t>(n);
-      const size_t hdrPart =
-          cs.sendDone < wire::kHeaderSize ? std::min(un, wire::kHeaderSize - cs.sendDone) : 0;
-      cs.ch->counters.wireSent += un;
-      cs.ch->counters.payloadSent += un - hdrPart;
-      cs.sendDone += un;
-      cs.ch->txPartial = true;
+      if (io.status == LinkStatus::Error) {
+        fail(ErrorKind::System, cs, op, cs.tx.sent(), "send failed: " + cs.link->errorText());
+      }
       progress = true;
-      if (cs.sendDone == wire::kHeaderSize + len) {
-        cs.ch->counters.messagesSent++;
-        cs.ch->txPartial = false;
-        cs.sendDone = 0;
+      if (cs.tx.done()) {
+        cs.tx.reset();
         cs.sendHead++;
         complete(idx);
       }
@@ -209,13 +206,18 @@ class Run {
   }
 
   void checkHeader(ChanState& cs, const Op& op) {
-    wire::MessageHeader h;
-    wire::DecodeStatus st = wire::decodeHeader(cs.recvHdr, &h);
-    if (st != wire::DecodeStatus::Ok) {
+    if (cs.rx.decodeStatus() != wire::DecodeStatus::Ok) {
       fail(ErrorKind::Protocol, cs, op, 0,
-           "undecodable message header from the peer: " + std::string(wire::toString(st)));
+           "undecodable message header from the peer: " +
+               std::string(wire::toString(cs.rx.decodeStatus())));
     }
+    const wire::MessageHeader& h = cs.rx.header();
     if (h.kind == wire::MsgKind::Abort) failAbortMessage(cs, op, h);
+    if (h.kind != wire::MsgKind::Data) {
+      fail(ErrorKind::Protocol, cs, op, 0,
+           "a point-to-point message (kind " + std::to_string(static_cast<int>(h.kind)) +
+               ") on the collectives' connection");
+    }
     if (h.seq != ctx_.seq || h.fingerprint != ctx_.fingerprint) {
       fail(ErrorKind::Mismatch, cs, op, 0,
            "the peer is running a different collective: it sent collective #" +
@@ -238,50 +240,34 @@ class Run {
     while (cs.recvHead < cs.recvs.size()) {
       const int32_t idx = cs.recvs[cs.recvHead];
       const Op& op = sched_.ops[static_cast<size_t>(idx)];
-      const size_t len = op.range.count * elem_;
       if (!cs.landed) {
-        if (faultStep_ >= 0 && cs.recvDone == 0) maybeFault(op);
-        uint8_t* target = op.action == RecvAction::Copy ? outPtr(op) : cs.staging;
-        iovec iov[2];
-        int iovcnt = 0;
-        if (cs.recvDone < wire::kHeaderSize) {
-          iov[iovcnt++] = {cs.recvHdr + cs.recvDone, wire::kHeaderSize - cs.recvDone};
-          if (len > 0) iov[iovcnt++] = {target, len};
-        } else {
-          size_t off = cs.recvDone - wire::kHeaderSize;
-          iov[iovcnt++] = {target + off, len - off};
+        if (faultStep_ >= 0 && cs.rx.got() == 0) maybeFault(op);
+        // Header and payload in one readv: the schedule says what comes next.
+        const bool inHeader = !cs.rx.headerReady();
+        if (inHeader && cs.rx.got() == 0) {
+          cs.rx.expect(op.action == RecvAction::Copy ? outPtr(op) : cs.staging,
+                       op.range.count * elem_);
         }
-        ssize_t n = ::readv(cs.ch->fd.get(), iov, iovcnt);
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            cs.recvBlocked = true;
-            break;
-          }
-          fail(errno == ECONNRESET ? ErrorKind::PeerClosed : ErrorKind::System, cs, op, cs.recvDone,
-               errno == ECONNRESET ? "connection reset by the peer"
-                                   : "receive failed: " + net::errnoString(errno));
+        const LinkIo io = inHeader ? cs.rx.pumpHeader(*cs.link) : cs.rx.pumpPayload(*cs.link);
+        if (io.status == LinkStatus::Blocked) {
+          cs.recvBlocked = true;
+          break;
         }
-        if (n == 0) {
-          fail(ErrorKind::PeerClosed, cs, op, cs.recvDone, "connection closed by the peer");
+        if (io.status == LinkStatus::Closed) {
+          fail(ErrorKind::PeerClosed, cs, op, cs.rx.got(), cs.link->errorText());
         }
-        const size_t un = static_cast<size_t>(n);
-        const size_t before = cs.recvDone;
-        const size_t hdrPart =
-            before < wire::kHeaderSize ? std::min(un, wire::kHeaderSize - before) : 0;
-        cs.ch->counters.wireRecv += un;
-        cs.ch->counters.payloadRecv += un - hdrPart;
-        cs.recvDone += un;
+        if (io.status == LinkStatus::Error) {
+          fail(ErrorKind::System, cs, op, cs.rx.got(), "receive failed: " + cs.link->errorText());
+        }
         progress = true;
-        if (before < wire::kHeaderSize && cs.recvDone >= wire::kHeaderSize) checkHeader(cs, op);
-        if (cs.recvDone < wire::kHeaderSize + len) continue;
+        if (inHeader && cs.rx.headerReady()) checkHeader(cs, op);
+        if (!cs.rx.done()) continue;
         cs.landed = true;
-        cs.ch->counters.messagesRecv++;
       }
       if (!depReady(op)) break;  // landed; its action waits for an earlier segment
       applyAction(op, cs);
       cs.landed = false;
-      cs.recvDone = 0;
+      cs.rx.reset();
       cs.recvHead++;
       complete(idx);
       progress = true;
@@ -289,51 +275,46 @@ class Run {
     return progress;
   }
 
-  void waitForSockets() {
-    std::vector<pollfd> fds;
-    std::vector<ChanState*> owner;  // per fds entry; null for the wake descriptor
-    fds.reserve(chans_.size() + watched_.size() + 1);
+  void waitForLinks() {
+    std::vector<LinkWait> waits;
+    std::vector<ChanState*> owner;  // per waits entry
+    waits.reserve(chans_.size() + watched_.size());
+    owner.reserve(chans_.size() + watched_.size());
     for (ChanState& cs : chans_) {
-      short ev = 0;
-      if (cs.sendBlocked) ev |= POLLOUT;
-      if (cs.recvBlocked) {
-        ev |= POLLIN;
-      } else if (watchable(cs)) {
-        ev |= POLLIN;  // nothing more expected from it: watch for trouble
-      }
-      fds.push_back({cs.ch->fd.get(), ev, 0});
+      // A link with nothing more expected from it is watched for trouble.
+      waits.push_back({cs.link, cs.recvBlocked || watchable(cs), cs.sendBlocked, 0});
       owner.push_back(&cs);
     }
     for (ChanState& cs : watched_) {
       if (!watchable(cs)) continue;
-      fds.push_back({cs.ch->fd.get(), POLLIN, 0});
+      waits.push_back({cs.link, true, false, 0});
       owner.push_back(&cs);
     }
-    if (ctx_.wakeFd >= 0) {
-      fds.push_back({ctx_.wakeFd, POLLIN, 0});
-      owner.push_back(nullptr);
+    if (chans_.empty()) {
+      // Only local copies left, none of them ready: a copy depends on one that never runs.
+      fail(ErrorKind::InvalidArgument, nullptr, sched_.ops.front(), 0,
+           "the schedule cannot progress: a local copy waits for an op that never runs");
     }
-    for (;;) {
-      int n = ::poll(fds.data(), fds.size(), ctx_.deadline.pollTimeoutMs());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        fail(ErrorKind::System, chans_.front(), sched_.ops.front(), 0,
-             "poll failed: " + net::errnoString(errno));
-      if (n == 0 && ctx_.deadline.expired()) failTimeout();
-      break;
+    bool ready = true;
+    try {
+      ready = waitLinks(waits, ctx_.wakeFd, ctx_.deadline);
+    } catch (const Error& e) {
+      fail(ErrorKind::System, chans_.front(), sched_.ops.front(), 0,
+           "poll failed: " + e.info().message);
     }
+    if (!ready) failTimeout();
     if (ctx_.abortFlag && ctx_.abortFlag->load()) {
       fail(ErrorKind::Aborted, chans_.front(), currentOp(chans_.front()), 0,
            "the communicator was aborted while this call waited");
     }
-    for (size_t i = 0; i < fds.size(); ++i) {
+    for (size_t i = 0; i < waits.size(); ++i) {
       ChanState* cs = owner[i];
-      if (!cs || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!waits[i].stirred()) continue;
       if (!cs->recvBlocked && watchable(*cs)) inspectIdle(*cs);
     }
   }
 
-  // A channel from which this call expects nothing (more).
+  // A link from which this call expects nothing (more).
   bool watchable(const ChanState& cs) const {
     return !cs.parked && cs.recvHead >= cs.recvs.size() && !cs.landed;
   }
@@ -346,31 +327,27 @@ class Run {
     return sched_.ops.back();
   }
 
-  // Something arrived on a channel this call expects nothing from. A later call's
+  // Something arrived on a link this call expects nothing from. A later call's
   // message is left for that call; end-of-file, an abort, or a message of this or an
   // earlier collective (the peer's schedule disagrees with ours) fails the call now
   // instead of at the deadline.
   void inspectIdle(ChanState& cs) {
     uint8_t buf[wire::kHeaderSize];
-    ssize_t n = ::recv(cs.ch->fd.get(), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    const LinkIo io = cs.link->peek(buf, sizeof buf);
     const Op& op = currentOp(cs);
     const bool owesSends = cs.sendHead < cs.sends.size();
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-      if (errno != ECONNRESET)
-        fail(ErrorKind::System, cs, op, 0, "receive failed: " + net::errnoString(errno));
-      if (owesSends) fail(ErrorKind::PeerClosed, cs, op, 0, "connection reset by the peer");
-      cs.parked = true;
-      return;
+    if (io.status == LinkStatus::Blocked) return;
+    if (io.status == LinkStatus::Error) {
+      fail(ErrorKind::System, cs, op, 0, "receive failed: " + cs.link->errorText());
     }
-    if (n == 0) {
+    if (io.status == LinkStatus::Closed) {
       // A peer that has all it needs from this call may finish and close; that is a
       // failure only if this call still owes it data (a later call finds out anyway).
-      if (owesSends) fail(ErrorKind::PeerClosed, cs, op, 0, "connection closed by the peer");
+      if (owesSends) fail(ErrorKind::PeerClosed, cs, op, 0, cs.link->errorText());
       cs.parked = true;
       return;
     }
-    if (static_cast<size_t>(n) < wire::kHeaderSize) {
+    if (io.bytes < wire::kHeaderSize) {
       cs.parked = true;  // a header on its way; judged when it is read
       return;
     }
@@ -385,13 +362,13 @@ class Run {
       // read the abort: a rank that was merely slow then reaches the collective where
       // the failure happened and reports what it runs there, which a mismatch verdict
       // (the majority at that collective) needs.
-      if (ahead > 0 && !owesSends && !ctx_.p2p) {
+      if (ahead > 0 && !owesSends) {
         cs.parked = true;
         return;
       }
       failAbortMessage(cs, op, h);
     }
-    if ((h.flags & wire::kFlagP2P) || ctx_.p2p || ahead > 0) {
+    if (ahead > 0) {
       cs.parked = true;  // a later call's message
       return;
     }
@@ -408,11 +385,10 @@ class Run {
     abortCulprit_ = h.fingerprint < static_cast<uint32_t>(ctx_.worldSize)
                         ? static_cast<int>(h.fingerprint)
                         : -1;
-    std::string why = "rank " + std::to_string(cs.ch->peer) + " aborted the communicator";
+    std::string why = "rank " + std::to_string(cs.link->peer()) + " aborted the communicator";
     if (abortCulprit_ >= 0) why += " (culprit rank " + std::to_string(abortCulprit_) + ")";
     fail(ErrorKind::Aborted, cs, op, 0, why);
   }
-
   // ---- fault injection (TCCL_FAULT) ----
   void armFault() {
     const FaultSpec& f = *ctx_.fault;
@@ -461,28 +437,36 @@ class Run {
     for (ChanState& cs : chans_) {
       if (cs.recvHead < cs.recvs.size() && !cs.landed && cs.recvBlocked) {
         const Op& op = sched_.ops[static_cast<size_t>(cs.recvs[cs.recvHead])];
-        fail(ErrorKind::Timeout, cs, op, cs.recvDone,
+        fail(ErrorKind::Timeout, cs, op, cs.rx.got(),
              "no data from the peer before the deadline (waiting to receive)");
       }
     }
     for (ChanState& cs : chans_) {
       if (cs.sendHead < cs.sends.size() && cs.sendBlocked) {
         const Op& op = sched_.ops[static_cast<size_t>(cs.sends[cs.sendHead])];
-        fail(ErrorKind::Timeout, cs, op, cs.sendDone,
+        fail(ErrorKind::Timeout, cs, op, cs.tx.sent(),
              "the peer did not read our data before the deadline (waiting to send)");
       }
     }
     fail(ErrorKind::Timeout, chans_.front(), sched_.ops.front(), 0, "deadline passed");
   }
 
-  [[noreturn]] void fail(ErrorKind kind, ChanState& cs, const Op& op, size_t moved,
+  [[noreturn]] void fail(ErrorKind kind, const ChanState& cs, const Op& op, size_t moved,
+                         std::string why) {
+    fail(kind, cs.link, op, moved, std::move(why));
+  }
+
+  // `link`: the peer involved (null: none).
+  [[noreturn]] void fail(ErrorKind kind, const Link* link, const Op& op, size_t moved,
                          std::string why) {
     ErrorInfo info;
     info.kind = kind;
     info.message = std::move(why);
     info.rank = ctx_.rank;
-    info.peer = cs.ch->peer;
-    info.peerAddress = cs.ch->address;
+    if (link != nullptr) {
+      info.peer = link->peer();
+      info.peerAddress = link->address();
+    }
     info.collective = ctx_.collective;
     info.seq = ctx_.seqFull;
     info.algorithm = sched_.algorithm;
@@ -510,6 +494,7 @@ class Run {
   size_t remaining_ = 0;
   std::vector<ChanState> chans_;
   std::vector<ChanState> watched_;  // connected peers outside the schedule
+  std::vector<int32_t> copies_;     // local copies not yet run, in schedule order
   Deadline::Clock::time_point start_;
   int64_t faultStep_ = -1;  // the global step at which TCCL_FAULT fires
   int abortCulprit_ = -1;
@@ -574,10 +559,10 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
   return f;
 }
 
-void Executor::run(const algo::Schedule& schedule, const ExecContext& ctx, Transport& transport) {
+void Executor::run(const algo::Schedule& schedule, const ExecContext& ctx, LinkProvider& links) {
   if (schedule.ops.empty()) return;
   Run run(schedule, ctx);
-  run.execute(transport, staging_);
+  run.execute(links, staging_);
 }
 
 }  // namespace tccl

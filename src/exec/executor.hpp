@@ -1,17 +1,22 @@
-// The executor runs a Schedule over the transport's channels.
+// The executor runs a Schedule over links (transport/link.hpp): the transport's TCP
+// links of the collectives' lane, or in-memory links in unit tests. It never touches a
+// socket; framing and byte counting are TxFrame's and RxFrame's.
 //
 // Threading model: a blocking collective runs entirely on the caller's thread (no
 // hand-off to a progress thread: the lowest latency for small messages, as in Open
-// MPI's coll/tuned). Progress is a single loop over nonblocking sockets:
-//   for every peer channel: push the send queue as far as the socket takes it, and
-//   pull the receive queue as far as data is there, reducing each segment as soon as
-//   it has landed; when nothing moved, spin briefly (TCCL_SPIN_US), then poll(2)
-//   for exactly the directions that are waiting, until the call's deadline.
+// MPI's coll/tuned). Progress is a single loop over nonblocking links:
+//   run the local copies whose dependency is done; for every peer link: push the send
+//   queue as far as the link takes it (one writev per message chunk, header and
+//   payload together), and pull the receive queue as far as data is there (one readv
+//   takes header and payload, the schedule knowing the size), reducing each segment
+//   as soon as it has landed; when nothing moved, spin briefly (TCCL_SPIN_US), then
+//   wait (waitLinks: poll(2)) for exactly the directions that are waiting, until the
+//   call's deadline.
 // Sends never wait for receives on another socket, so no send/recv ordering can
 // deadlock, whatever the message size: the only waits are the schedule's own
 // data dependencies (forward segment k only after receiving segment k).
 //
-// Memory: one staging buffer per peer channel of at most one segment, reused across
+// Memory: one staging buffer per peer link of at most one segment, reused across
 // calls; nothing proportional to the world size times the vector.
 #pragma once
 
@@ -24,7 +29,7 @@
 
 #include "algorithms/schedule.hpp"
 #include "tccl/types.hpp"
-#include "transport/transport.hpp"
+#include "transport/link.hpp"
 
 namespace tccl {
 
@@ -63,9 +68,6 @@ struct ExecContext {
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = -1;
   int spinMicros = 0;
-  // Point-to-point messages are flagged so that a channel watcher never mistakes
-  // them for a collective's.
-  bool p2p = false;
   // Another thread aborted the communicator: it sets *abortFlag and makes wakeFd
   // readable, which interrupts the wait.
   int wakeFd = -1;
@@ -79,9 +81,10 @@ struct ExecContext {
 class Executor {
  public:
   // Runs the schedule to completion or throws a tccl::Error naming the peer, phase
-  // and step where it failed. The channels of every peer in schedule.peers must be
-  // connected.
-  void run(const algo::Schedule& schedule, const ExecContext& ctx, Transport& transport);
+  // and step where it failed. `links` must have a link to every peer in
+  // schedule.peers and ctx.watchPeers. Local copies (OpType::Copy) run as soon as
+  // their dependency is done.
+  void run(const algo::Schedule& schedule, const ExecContext& ctx, LinkProvider& links);
 
  private:
   std::map<int, std::vector<uint8_t>> staging_;  // per peer, one segment

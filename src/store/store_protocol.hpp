@@ -164,4 +164,8 @@ std::string describeKeys(const std::vector<std::string>& keys);
                                     std::chrono::milliseconds elapsed,
                                     const std::string& storeAddress = "");
 
+// What a server or client that refuses the other end's key tells the user to do.
+inline constexpr char kAuthKeyHint[] =
+    "set TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same for every process of the job";
+
 }  // namespace tccl::storeproto

@@ -74,12 +74,14 @@ class Link {
   virtual LinkIo readv(const iovec* iov, int iovcnt) = 0;
   // Copies up to n bytes of pending input without consuming it.
   virtual LinkIo peek(uint8_t* buf, size_t n) = 0;
-  // The last Error's description.
+  // Why the last transfer returned Closed or Error: "connection closed by the peer",
+  // "connection reset by the peer", or the system's error text.
   virtual std::string errorText() const = 0;
 
   // Readiness: the descriptor to poll, and the events to ask for, to wait for the link
-  // to become readable and/or writable. afterWake() is called once the wait returned,
-  // before the next transfer (an in-memory link resets its event descriptor there).
+  // to become readable and/or writable (no direction: 0, which still reports a socket's
+  // hang-up or error). afterWake() is called once the wait returned with events on this
+  // link, before the next transfer (an in-memory link resets its event descriptor there).
   virtual int pollFd() const = 0;
   virtual short pollEvents(bool wantRead, bool wantWrite) const = 0;
   virtual void afterWake() {}
@@ -87,6 +89,7 @@ class Link {
   // Ends the link: the peer reads what was sent, then end of file (a half close). The
   // link stays readable until destroyed.
   virtual void shutdownWrite() = 0;
+  // Not shut down (shutdownWrite) yet.
   virtual bool open() const = 0;
 
   // A message is half sent on this link: nothing else may be written until it is
@@ -146,8 +149,9 @@ class RxFrame {
   wire::DecodeStatus decodeStatus() const { return status_; }
   const wire::MessageHeader& header() const { return header_; }
   // Optional, before the header is in: the payload's expected place and size, so that
-  // one readv takes both (a mismatching header is reported by the caller; bytes read
-  // beyond the header then sit in the target).
+  // one readv takes both (a mismatching header is reported by the caller, who must not
+  // then pump a longer payload into that target; bytes read beyond the header sit in
+  // the target, which becomes the payload's target unless setTarget names another).
   void expect(uint8_t* target, size_t length) {
     expectTarget_ = target;
     expectLength_ = length;
@@ -163,6 +167,11 @@ class RxFrame {
   void reset();
 
  private:
+  // The header's payload bytes (0 until it is in and decoded, or for a kind without).
+  size_t payloadLength() const;
+  // Counts the message once it is complete.
+  void finishIfDone(Link& link);
+
   uint8_t bytes_[wire::kHeaderSize] = {};
   wire::MessageHeader header_;
   wire::DecodeStatus status_ = wire::DecodeStatus::Ok;
@@ -173,22 +182,46 @@ class RxFrame {
   bool counted_ = false;
 };
 
-// Sleeps until one of `links` can move in a wanted direction (wantRead[i] /
-// wantWrite[i]), `wakeFd` (if >= 0) is readable, or `deadline` passes. Fills ready[i]
-// (revents of link i). Returns false when the deadline passed with nothing ready;
-// throws SystemError if poll itself fails. afterWake() is called on every link.
+// Sleeps until one of `links` can move in a wanted direction (read / write), `wakeFd`
+// (if >= 0) is readable, or `deadline` passes. Fills revents (the poll(2) events of the
+// link's descriptor; an in-memory link reports POLLIN for any change). Returns false when
+// the deadline passed with nothing ready (true may also mean a wait that ended early
+// with nothing ready: the caller retries); *woken says whether wakeFd fired. Throws
+// SystemError (message: the system's error text) if poll itself fails. afterWake() is
+// called on every link that reported events (draining one that reported none could eat
+// a wake-up that came after the poll).
 struct LinkWait {
   Link* link = nullptr;
   bool read = false;
   bool write = false;
   short revents = 0;  // out
+  // Input, end of file or an error may be waiting on the link (POLLIN, POLLHUP, POLLERR).
+  bool stirred() const;
 };
 bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken = nullptr);
+// The same with several wake descriptors (those < 0 are ignored); *woken: any fired.
+bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
+               bool* woken = nullptr);
+
+// Where the executor gets its links: the transport (TCP, the collectives' lane) or, in
+// unit tests, a set of in-memory links.
+class LinkProvider {
+ public:
+  virtual ~LinkProvider() = default;
+  // The link to `peer`; throws InvalidArgumentError when there is none.
+  virtual Link& link(int peer) = 0;
+  // The peers with an open link.
+  virtual std::vector<int> connectedPeers() const = 0;
+};
 
 // Two in-memory links joined back to back (unit tests): what one writes the other
 // reads. Each direction holds at most `capacity` bytes (a socket's buffer); with a
 // seed, every transfer moves a random number of bytes between 1 and what it asked
-// for, so that tests see the partial reads and writes a socket gives.
+// for (and what is there), so that tests see the partial reads and writes a socket
+// gives. Each end polls its own eventfd, which the other end writes whenever it changes
+// this end's readiness (data arrived, space freed, shut down, destroyed). Destroying an
+// end closes it: the other end reads end of file after the queued data, and its writes
+// fail with Closed.
 struct MemLinkPair {
   std::unique_ptr<Link> a;  // rank `rankA`'s end: its peer() is rankB
   std::unique_ptr<Link> b;

@@ -1,7 +1,9 @@
 #include "transport/transport.hpp"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,17 +12,11 @@
 
 #include "base/log.hpp"
 #include "tccl/error.hpp"
+#include "transport/tcp_link.hpp"
+#include "transport/transport_detail.hpp"
 
 namespace tccl {
-namespace {
-
-// A would-be peer that has not finished its Hello in this long is dropped, so that a
-// silent stranger cannot pin a descriptor forever.
-constexpr std::chrono::seconds kStrangerGrace{30};
-
-std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
-
-}  // namespace
+using namespace transport_detail;
 
 Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
     : cfg_(std::move(config)), store_(std::move(store)) {
@@ -28,6 +24,12 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
   listener_ = net::listenOn(cfg_.listenAddress, 0);
   net::SockAddr a = net::localAddress(listener_.get());
   listenAddr_ = net::joinHostPort(a.ip(), a.port());
+  serviceWake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  linkEvent_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!serviceWake_.valid() || !linkEvent_.valid()) {
+    throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
+  }
+  service_ = std::thread([this] { serviceLoop(); });
   store_->setString(addrKey(cfg_.rank), listenAddr_);
   TCCL_INFO("listening on " << listenAddr_
                             << (cfg_.authKey ? " (connections authenticated, key id " +
@@ -36,9 +38,17 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
 }
 
 Transport::~Transport() {
+  stopping_.store(true);
+  const uint64_t one = 1;
+  const ssize_t w = ::write(serviceWake_.get(), &one, sizeof one);
+  (void)w;
+  if (service_.joinable()) service_.join();
+  for (std::thread& t : dialers_) {
+    if (t.joinable()) t.join();
+  }
   // Connections still in their handshake are strangers (every peer this rank needed got
-  // in), judged only while the rank was connecting: read what they sent since, once, so
-  // that each leaves a line naming its address.
+  // in): read what they sent since, once, so that each leaves a line naming its address.
+  std::lock_guard<std::mutex> lk(mu_);
   for (auto& p : pending_) {
     if (p->outgoing || !p->fd.valid()) continue;
     try {
@@ -51,45 +61,63 @@ Transport::~Transport() {
   }
 }
 
-Channel& Transport::channel(int peer) {
-  auto it = channels_.find(peer);
-  if (it == channels_.end()) {
-    throwError(ErrorKind::InvalidArgument, "no connection to rank " + std::to_string(peer),
+Link& Transport::link(int peer, Lane lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = links_.find({peer, lane});
+  if (it == links_.end()) {
+    throwError(ErrorKind::InvalidArgument,
+               "no " + std::string(laneName(lane)) + " connection to rank " + std::to_string(peer),
                cfg_.rank, peer);
   }
   return *it->second;
 }
 
-bool Transport::connected(int peer) const { return channels_.count(peer) != 0; }
+bool Transport::connected(int peer, Lane lane) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return hasLink(peer, lane);
+}
 
-std::string Transport::publishedAddress(int peer) const {
-  auto it = published_.find(peer);
-  if (it != published_.end()) return it->second;
-  if (store_->check({addrKey(peer)})) {
-    return published_[peer] = store_->getString(addrKey(peer));
+std::string Transport::publishedAddress(int peer, Store* via) const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = published_.find(peer);
+    if (it != published_.end()) return it->second;
   }
-  return "";
+  // The store is asked without the lock: it may be slow, and another thread may be
+  // connecting meanwhile.
+  Store& st = via != nullptr ? *via : *store_;
+  if (!st.check({addrKey(peer)})) return "";
+  std::string addr = st.getString(addrKey(peer));
+  std::lock_guard<std::mutex> lk(mu_);
+  return published_.emplace(peer, std::move(addr)).first->second;
 }
 
 CommStats Transport::stats() const {
   CommStats s;
-  for (const auto& [peer, ch] : channels_) s.perPeer[peer] = ch->counters;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [key, l] : links_) s.perPeer[key.first] += l->counters().snapshot();
   return s;
 }
 
 void Transport::resetStats() {
-  for (auto& [peer, ch] : channels_) ch->counters = PeerCounters{};
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [key, l] : links_) l->counters().reset();
 }
 
-void Transport::closeAll() {
+void Transport::closeAll(Lane lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  closeAllLocked(lane);
+}
+
+void Transport::closeAllLocked(Lane lane) {
   // Half-close: the peers read whatever we already sent (so a peer that is about to
   // report a mismatch still sees our header), then end-of-file. A full close with
   // unread input would send a reset that discards that data. The descriptors close
   // with the transport.
-  for (auto& [peer, ch] : channels_) {
-    if (ch->fd.valid()) ::shutdown(ch->fd.get(), SHUT_WR);
+  for (auto& [key, l] : links_) {
+    if (key.second == lane) l->shutdownWrite();
   }
-  pending_.clear();
+  std::erase_if(pending_, [&](const std::unique_ptr<Pending>& p) { return p->lane == lane; });
 }
 
 void Transport::throwInterrupted(int peer) const {
@@ -102,41 +130,54 @@ void Transport::throwInterrupted(int peer) const {
   throwError(std::move(info));
 }
 
-void Transport::abortAll(const wire::MessageHeader& abortHeader) {
-  uint8_t hdr[wire::kHeaderSize];
-  wire::encodeHeader(abortHeader, hdr);
-  for (auto& [peer, ch] : channels_) {
-    if (!ch->fd.valid() || ch->txPartial) continue;
+void Transport::abortAll(const wire::MessageHeader& abortHeader, Lane lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [key, l] : links_) {
+    if (key.second != lane || !l->open() || l->txPartial) continue;
     // 24 bytes into a socket whose buffer has room: all or nothing in practice; a
     // short write leaves the peer a truncated header, which it reports as a protocol
     // error at end-of-file, so nothing is lost but the culprit hint.
-    (void)::send(ch->fd.get(), hdr, sizeof hdr, MSG_NOSIGNAL | MSG_DONTWAIT);
+    TxFrame tx;
+    tx.start(abortHeader, nullptr);
+    (void)tx.pump(*l);
   }
-  closeAll();
+  closeAllLocked(lane);
 }
 
-std::vector<int> Transport::connectedPeers() const {
+std::vector<int> Transport::connectedPeers(Lane lane) const {
   std::vector<int> peers;
-  for (const auto& [peer, ch] : channels_) {
-    if (ch->fd.valid()) peers.push_back(peer);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [key, l] : links_) {
+    if (key.second == lane && l->open()) peers.push_back(key.first);
   }
   return peers;
 }
 
-void Transport::addChannel(Pending& p) {
-  auto ch = std::make_unique<Channel>();
-  ch->peer = p.peer;
-  ch->address = p.address;
-  ch->fd = std::move(p.fd);
-  net::setBufferSizes(ch->fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
-  ch->counters.wireSent += p.bytesSent;
-  ch->counters.wireRecv += p.bytesRecv;
+void Transport::addLink(Pending& p) {
+  net::setBufferSizes(p.fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
+  auto l = std::make_unique<TcpLink>(p.peer, p.lane, p.address, std::move(p.fd));
+  PeerCounters handshake;
+  handshake.wireSent = p.bytesSent;
+  handshake.wireRecv = p.bytesRecv;
+  l->counters().add(handshake);
   TCCL_INFO("connected to rank " << p.peer << " at " << p.address
+                                 << (p.lane == Lane::P2P ? " (p2p lane)" : "")
                                  << (cfg_.authKey ? " (authenticated)" : ""));
-  channels_[p.peer] = std::move(ch);
+  links_[{p.peer, p.lane}] = std::move(l);
+  wakeOthers(-1);
+  if (p.lane == Lane::P2P) signalLinkEvent();
 }
 
-wire::Hello Transport::myHello(wire::HelloKind kind, int target) const {
+void Transport::wakeOthers(int selfFd) {
+  const uint64_t one = 1;
+  for (int fd : waiters_) {
+    if (fd == selfFd) continue;
+    const ssize_t r = ::write(fd, &one, sizeof one);
+    (void)r;
+  }
+}
+
+wire::Hello Transport::myHello(wire::HelloKind kind, int target, Lane lane) const {
   wire::Hello h;
   h.kind = kind;
   h.jobId = cfg_.jobId;
@@ -145,6 +186,7 @@ wire::Hello Transport::myHello(wire::HelloKind kind, int target) const {
   h.worldSize = cfg_.worldSize;
   h.targetRank = target;
   h.flags = cfg_.authKey ? wire::kHelloFlagAuth : 0;
+  h.lane = static_cast<uint32_t>(lane);
   return h;
 }
 
@@ -159,10 +201,16 @@ bool Transport::sendHello(Pending& p, const wire::Hello& h) {
 }
 
 bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std::string& detail) {
-  wire::Hello reply = myHello(wire::HelloKind::Reject, -1);
+  wire::Hello reply = myHello(wire::HelloKind::Reject, -1, p.lane);
   reply.reason = reason;
   sendHello(p, reply);
-  TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason) << detail);
+  if (reason == wire::RejectReason::Duplicate && p.lane == Lane::P2P) {
+    // Two ranks dialling each other for point to point at once: routine.
+    TCCL_INFO("refused a crossed p2p dial from " << p.address << detail);
+  } else {
+    TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason)
+                                            << detail);
+  }
   // Read what the stranger already sent (a bounded amount: it may keep sending), so that
   // closing with unread input does not reset the connection before it reads our Reject.
   uint8_t sink[4096];
@@ -173,7 +221,7 @@ bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std:
 
 void Transport::refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why) {
   if (tell != wire::RejectReason::None) {
-    wire::Hello r = myHello(wire::HelloKind::Reject, p.peer);
+    wire::Hello r = myHello(wire::HelloKind::Reject, p.peer, p.lane);
     r.reason = tell;
     sendHello(p, r);
   }
@@ -196,9 +244,13 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   if (p.stage == Stage::AwaitHello) {
     wire::RejectReason reason =
         wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
-    if (reason == wire::RejectReason::None && (h.rank > cfg_.rank || channels_.count(h.rank))) {
-      // Only lower ranks dial us, and only once.
-      reason = h.rank > cfg_.rank ? wire::RejectReason::BadRank : wire::RejectReason::Duplicate;
+    const Lane lane = static_cast<Lane>(h.lane);  // checkHello: 0 or 1
+    if (reason == wire::RejectReason::None) {
+      if (lane == Lane::Collective && h.rank > cfg_.rank) {
+        reason = wire::RejectReason::BadRank;  // on this lane only lower ranks dial us
+      } else if (hasLink(h.rank, lane) || lostCrossedDial(h.rank, lane)) {
+        reason = wire::RejectReason::Duplicate;
+      }
     }
     const bool peerHasKey = (h.flags & wire::kHelloFlagAuth) != 0;
     if (reason == wire::RejectReason::None && iHaveKey && !peerHasKey) {
@@ -213,17 +265,23 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
         detail = " (rank " + std::to_string(h.rank) + " there has no key)";
       } else if (reason == wire::RejectReason::AuthUnsupported) {
         detail = " (rank " + std::to_string(h.rank) + " there has a key; this rank has none)";
+      } else if (reason == wire::RejectReason::BadLane) {
+        detail = " (lane " + std::to_string(h.lane) + ")";
+      } else if (reason == wire::RejectReason::Duplicate) {
+        detail = " (" + std::string(laneName(lane)) + " lane)";
       }
       noteRefusal(h.rank, p.address, wire::toString(reason));
+      p.lane = lane;
       return rejectIncoming(p, reason, detail);
     }
     p.peer = h.rank;
+    p.lane = lane;
     if (!iHaveKey) {
-      if (!sendHello(p, myHello(wire::HelloKind::Accept, h.rank))) {
+      if (!sendHello(p, myHello(wire::HelloKind::Accept, h.rank, p.lane))) {
         TCCL_WARN("rank " << h.rank << " at " << p.address << " went away during the handshake");
         return true;
       }
-      addChannel(p);
+      addLink(p);
       return true;
     }
     p.transcript.protocol = auth::Protocol::Transport;
@@ -234,7 +292,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     p.transcript.worldSize = cfg_.worldSize;
     p.transcript.diallerNonce = h.nonce;
     p.transcript.acceptorNonce = auth::randomNonce();
-    wire::Hello challenge = myHello(wire::HelloKind::Challenge, h.rank);
+    wire::Hello challenge = myHello(wire::HelloKind::Challenge, h.rank, p.lane);
     challenge.nonce = p.transcript.acceptorNonce;
     challenge.mac = auth::proof(*cfg_.authKey, auth::Role::Acceptor, p.transcript);
     if (!sendHello(p, challenge)) {
@@ -260,23 +318,45 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     return rejectIncoming(p, wire::RejectReason::AuthFailed,
                           " (claimed to be rank " + std::to_string(p.peer) + ")");
   }
-  if (channels_.count(p.peer)) return rejectIncoming(p, wire::RejectReason::Duplicate);
-  if (!sendHello(p, myHello(wire::HelloKind::Accept, p.peer))) {
+  if (hasLink(p.peer, p.lane) || lostCrossedDial(p.peer, p.lane)) {
+    return rejectIncoming(p, wire::RejectReason::Duplicate,
+                          " (" + std::string(laneName(p.lane)) + " lane)");
+  }
+  if (!sendHello(p, myHello(wire::HelloKind::Accept, p.peer, p.lane))) {
     TCCL_WARN("rank " << p.peer << " at " << p.address << " went away during the handshake");
     return true;
   }
-  addChannel(p);
+  addLink(p);
   return true;
 }
 
+bool Transport::lostCrossedDial(int peer, Lane lane) const {
+  // Both ranks of a pair dialled each other on the p2p lane: the lower rank's dial wins,
+  // so the lower rank refuses the higher one's while its own is under way.
+  if (lane != Lane::P2P || peer < cfg_.rank) return false;
+  if (dialling_.count(peer)) return true;
+  for (const auto& q : pending_) {
+    if (q->outgoing && q->peer == peer && q->lane == Lane::P2P) return true;
+  }
+  return false;
+}
+
 bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
+  if (h.kind == wire::HelloKind::Reject && p.lane == Lane::P2P &&
+      h.reason == wire::RejectReason::Duplicate) {
+    // A crossed dial: the peer's own connection (it is the lower rank, or it already has
+    // one) is the pair's p2p link; it arrives through the listener.
+    TCCL_INFO("p2p dial to rank " << p.peer << " crossed the peer's own; keeping the peer's");
+    return true;
+  }
   if (h.kind == wire::HelloKind::Reject) {
     refuseOutgoing(p, wire::RejectReason::None,
                    "connection refused by the peer: " + std::string(wire::toString(h.reason)));
   }
   // Whatever it says, the reply must come from the rank we dialled, in this job.
   if (h.version != wire::kProtocolVersion || h.rank != p.peer || h.jobId != cfg_.jobId ||
-      h.commId != cfg_.commId || h.targetRank != cfg_.rank || h.worldSize != cfg_.worldSize) {
+      h.commId != cfg_.commId || h.targetRank != cfg_.rank || h.worldSize != cfg_.worldSize ||
+      h.lane != static_cast<uint32_t>(p.lane)) {
     refuseOutgoing(p, wire::RejectReason::Unexpected,
                    "unexpected handshake reply (rank " + std::to_string(h.rank) + ", kind " +
                        std::to_string(static_cast<int>(h.kind)) + ")");
@@ -294,7 +374,7 @@ bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
                      "authentication failed: the process at this address does not hold this "
                      "job's key (another job, or a different TCCL_AUTH_KEY)");
     }
-    wire::Hello proofMsg = myHello(wire::HelloKind::Proof, p.peer);
+    wire::Hello proofMsg = myHello(wire::HelloKind::Proof, p.peer, p.lane);
     proofMsg.mac = auth::proof(*cfg_.authKey, auth::Role::Dialler, p.transcript);
     if (!sendHello(p, proofMsg)) {
       refuseOutgoing(p, wire::RejectReason::None, "connection lost during the handshake");
@@ -308,7 +388,7 @@ bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
       refuseOutgoing(p, wire::RejectReason::AuthRequired,
                      "the peer accepted without proving it holds this job's key");
     }
-    addChannel(p);
+    addLink(p);
     return true;
   }
   refuseOutgoing(
@@ -370,24 +450,27 @@ bool Transport::service(Pending& p) {
   }
 }
 
-void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
+void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane lane) {
   auto start = Deadline::Clock::now();
-  auto missing = [&] {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto missing = [&] {  // with lk held
     std::vector<int> m;
     for (int p : peers) {
-      if (p != cfg_.rank && !channels_.count(p)) m.push_back(p);
+      if (p != cfg_.rank && !hasLink(p, lane)) m.push_back(p);
     }
     return m;
   };
   if (missing().empty()) return;
 
   // Dial every missing higher rank and send our Hello; the kernel completes the TCP
-  // handshake from the peer's listen backlog even before the peer looks at it.
+  // handshake from the peer's listen backlog even before the peer looks at it. The
+  // waits here (the store, the dial) run without the lock.
   for (int p : missing()) {
     if (p < cfg_.rank) continue;
     bool dialled = false;
-    for (const auto& q : pending_) dialled |= (q->outgoing && q->peer == p);
+    for (const auto& q : pending_) dialled |= (q->outgoing && q->peer == p && q->lane == lane);
     if (dialled) continue;
+    lk.unlock();
     const std::string key = addrKey(p);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline.isNever()
@@ -426,9 +509,10 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
     pend->address = addr;
     pend->outgoing = true;
     pend->peer = p;
+    pend->lane = lane;
     pend->stage = Stage::AwaitReply;
     pend->since = Deadline::Clock::now();
-    wire::Hello h = myHello(wire::HelloKind::Hello, p);
+    wire::Hello h = myHello(wire::HelloKind::Hello, p, lane);
     if (cfg_.authKey) {
       pend->transcript.protocol = auth::Protocol::Transport;
       pend->transcript.jobId = cfg_.jobId;
@@ -445,16 +529,34 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, p);
     }
     pend->bytesSent += sizeof out;
+    lk.lock();
     pending_.push_back(std::move(pend));
   }
 
-  // Serve the listener, the incoming Hellos and the outgoing replies until every
-  // needed peer is connected.
+  // Serve the listener, the incoming Hellos (of either lane) and this lane's outgoing
+  // replies until every needed peer is connected. Another thread connecting the other
+  // lane may make a link this one waits for, or accept a connection it should watch:
+  // it then writes this thread's eventfd.
+  net::Fd myWake;
+  struct Unregister {
+    Transport& t;
+    std::unique_lock<std::mutex>& lk;
+    const net::Fd& fd;
+    ~Unregister() {
+      if (!fd.valid()) return;
+      if (!lk.owns_lock()) lk.lock();
+      t.waiters_.erase(fd.get());
+    }
+  } unregister{*this, lk, myWake};
   for (;;) {
     // Drop finished and stale entries.
     auto now = Deadline::Clock::now();
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = *pending_[i];
+      if (p.outgoing && p.lane != lane) {
+        ++i;  // the other lane's thread hears its own refusals
+        continue;
+      }
       bool done = service(p);
       if (!done && !p.outgoing && now - p.since > kStrangerGrace) {
         TCCL_WARN("dropping a connection from " << p.address << " that sent no handshake in "
@@ -474,10 +576,10 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       info.kind = ErrorKind::Timeout;
       info.rank = cfg_.rank;
       info.peer = m.front();
-      info.peerAddress = publishedAddress(m.front());
       std::ostringstream os;
       os << "could not connect to rank(s)";
       for (int p : m) os << " " << p;
+      if (lane == Lane::P2P) os << " on the p2p lane";
       os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
       for (int p : m) {
         auto r = refused_.find(p);
@@ -489,30 +591,46 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline) {
       info.elapsedMs =
           std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)
               .count();
+      lk.unlock();
+      info.peerAddress = publishedAddress(m.front());
       throwError(std::move(info));
     }
     if (abortFlag_ && abortFlag_->load()) throwInterrupted(m.front());
+    if (!myWake.valid()) {
+      myWake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+      if (!myWake.valid()) {
+        throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
+      }
+      waiters_.insert(myWake.get());
+    }
     std::vector<pollfd> fds;
     fds.push_back({listener_.get(), POLLIN, 0});
-    for (const auto& p : pending_) fds.push_back({p->fd.get(), POLLIN, 0});
+    for (const auto& p : pending_) {
+      if (!p->outgoing || p->lane == lane) fds.push_back({p->fd.get(), POLLIN, 0});
+    }
     if (wakeFd_ >= 0) fds.push_back({wakeFd_, POLLIN, 0});
+    fds.push_back({myWake.get(), POLLIN, 0});
     int timeout = deadline.pollTimeoutMs();
     if (timeout < 0 || timeout > 1000) timeout = 1000;  // wake to expire strangers
+    // Without the lock: the other lane's thread goes on meanwhile (a descriptor it
+    // closes under this poll only makes it return early).
+    lk.unlock();
     int n = ::poll(fds.data(), fds.size(), timeout);
-    if (n < 0 && errno != EINTR) {
-      throwError(ErrorKind::System, "poll: " + net::errnoString(errno), cfg_.rank);
+    const int err = errno;
+    lk.lock();
+    if (n < 0 && err != EINTR) {
+      throwError(ErrorKind::System, "poll: " + net::errnoString(err), cfg_.rank);
+    }
+    if (n > 0 && fds.back().revents != 0) {
+      uint64_t v = 0;
+      const ssize_t r = ::read(myWake.get(), &v, sizeof v);
+      (void)r;
     }
     if (n > 0 && (fds[0].revents & POLLIN)) {
-      for (;;) {
-        net::SockAddr from;
-        net::Fd fd = net::acceptNonBlocking(listener_.get(), &from);
-        if (!fd.valid()) break;
-        auto pend = std::make_unique<Pending>();
-        pend->fd = std::move(fd);
-        pend->address = from.toString();
-        pend->since = Deadline::Clock::now();
-        pending_.push_back(std::move(pend));
-      }
+      const size_t before = pending_.size();
+      acceptAll();
+      // A thread waiting for another lane watches the new connections too.
+      if (pending_.size() != before) wakeOthers(myWake.get());
     }
   }
 }

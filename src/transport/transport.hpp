@@ -1,44 +1,52 @@
 // The transport: one listening socket per communicator, and at most one TCP
-// connection per peer, opened lazily when an algorithm first needs that peer.
+// connection per peer and lane, opened lazily when an algorithm (lane Collective) or the
+// point-to-point engine (lane P2P) first needs that peer.
 //
 // Connection rule: the lower rank connects, the higher rank accepts. The listener's
 // address is published in the store under "addr/<rank>". Every connection begins with
-// the Hello exchange of wire.hpp; a stranger (bad magic, other job, other
-// communicator, wrong world size or rank) is answered with a Reject, logged with its
-// address at WARN, and closed; the transport carries on. With a job key, both ends then
-// prove they hold it (HMAC-SHA256 challenge-response, auth/auth.hpp) before the
-// connection becomes a channel; a peer that fails is rejected the same way.
+// the Hello exchange of wire.hpp, whose lane field says which connection of the pair it
+// is; a stranger (bad magic, other job, other communicator, wrong world size, rank or
+// lane) is answered with a Reject, logged with its address at WARN, and closed; the
+// transport carries on. With a job key, both ends then prove they hold it
+// (HMAC-SHA256 challenge-response, auth/auth.hpp) before the connection becomes a link;
+// a peer that fails is rejected the same way.
 //
-// The transport knows nothing of collectives: it hands out Channels (a connected
-// nonblocking socket plus its byte counters) and the executor moves the bytes.
+// The transport knows nothing of collectives: it hands out Links (transport/link.hpp),
+// each owning its socket, and the executor (or the p2p engine) moves the bytes.
+//
+// Threading: two threads may connect at once (the collectives' caller on lane
+// Collective, the p2p engine on lane P2P). One mutex guards the connections in their
+// handshake, the links, the refusals and the address cache; it is never held across a
+// wait (poll, the store, a dial), and either thread accepts and keeps connections for
+// either lane, waking the other when its set of connections changed. Links are never
+// removed before the transport is destroyed, so a Link& stays valid. stats() and
+// resetStats() are safe from any thread.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "auth/auth.hpp"
 #include "net/socket.hpp"
+#include "tccl/error.hpp"
 #include "tccl/stats.hpp"
 #include "tccl/store.hpp"
 #include "tccl/types.hpp"
+#include "transport/link.hpp"
 #include "transport/wire.hpp"
 
 namespace tccl {
-
-struct Channel {
-  int peer = -1;
-  std::string address;  // peer's ip:port as seen on this socket
-  net::Fd fd;
-  PeerCounters counters;
-  // A message is half sent: nothing else may be written until it is finished (an
-  // abort then only closes the connection).
-  bool txPartial = false;
-};
 
 struct TransportConfig {
   int rank = 0;
@@ -47,6 +55,8 @@ struct TransportConfig {
   uint64_t commId = 0;
   std::string listenAddress = "127.0.0.1";
   int socketBufferBytes = 0;  // 0: kernel autotuning
+  // How long a p2p-lane dial may wait for the peer's address and its answer.
+  std::chrono::milliseconds dialTimeout{60000};
   // The job's key (docs/security.md); null: connections are not authenticated. With
   // authKeyFromEnv, the transport reads it from TCCL_AUTH_KEY / TCCL_AUTH_KEY_FILE at
   // construction instead.
@@ -54,38 +64,58 @@ struct TransportConfig {
   bool authKeyFromEnv = true;
 };
 
-class Transport {
+class Transport : public LinkProvider {
  public:
   // Opens the listener and publishes its address in `store` (already namespaced).
   Transport(TransportConfig config, std::shared_ptr<Store> store);
-  ~Transport();
+  ~Transport() override;
 
-  // Makes sure a connection to every peer in `peers` exists, connecting to higher
-  // ranks and accepting from lower ones, all before `deadline`. Connections accepted
-  // along the way from other valid peers are kept for later.
-  void connect(const std::vector<int>& peers, Deadline deadline);
+  // Makes sure a connection on `lane` to every peer in `peers` exists, connecting to
+  // higher ranks and accepting from lower ones, all before `deadline`. Connections
+  // accepted along the way from other valid peers (either lane) are kept for later.
+  void connect(const std::vector<int>& peers, Deadline deadline, Lane lane = Lane::Collective);
   // An abort from another thread sets *flag and makes wakeFd readable: connect() then
-  // stops waiting and throws Aborted.
+  // stops waiting and throws Aborted. Set before any thread connects.
   void setInterrupt(int wakeFd, const std::atomic<bool>* flag) {
     wakeFd_ = wakeFd;
     abortFlag_ = flag;
   }
 
-  Channel& channel(int peer);
-  bool connected(int peer) const;
-  // The address peer `peer` published (for error messages before a connection).
-  std::string publishedAddress(int peer) const;
+  // The link to `peer` on `lane`; throws InvalidArgumentError when there is none.
+  Link& link(int peer, Lane lane);
+  Link& link(int peer) override { return link(peer, Lane::Collective); }
+  bool connected(int peer, Lane lane = Lane::Collective) const;
+  // The address peer `peer` published (for error messages before a connection), cached.
+  // A thread with a store connection of its own (the heartbeat's) passes it as `via`
+  // so as not to queue behind the transport's.
+  std::string publishedAddress(int peer, Store* via = nullptr) const;
   std::string listenAddress() const { return listenAddr_; }
 
+  // Per peer, the sum over its links of both lanes (handshakes included).
   CommStats stats() const;
   void resetStats();
-  // Ends every connection (peers then see end-of-file after the data already sent).
-  void closeAll();
-  // Sends `abortHeader` on every connection not in the middle of a message (best
-  // effort, never blocks), then ends them all like closeAll().
-  void abortAll(const wire::MessageHeader& abortHeader);
-  // The peers with an open connection.
-  std::vector<int> connectedPeers() const;
+  // Ends every link of `lane` (peers then see end-of-file after the data already sent)
+  // and drops that lane's connections still in their handshake.
+  void closeAll(Lane lane = Lane::Collective);
+  // Sends `abortHeader` on every open link of `lane` not in the middle of a message
+  // (best effort, never blocks), then ends them all like closeAll(). Only the lane's
+  // owning thread may call it (or any thread while the owner is not using its links).
+  void abortAll(const wire::MessageHeader& abortHeader, Lane lane = Lane::Collective);
+  // The peers with an open link on `lane`.
+  std::vector<int> connectedPeers(Lane lane) const;
+
+  // ---- the p2p lane (docs/protocol.md, "Connections") ----
+  // The p2p link to `peer` once it is up, else nullptr, having started a dial unless one
+  // (ours or the peer's) is under way. The p2p lane is dialled by whichever rank needs
+  // it first, so a rank may dial a lower one; when both dial at once, the connection the
+  // lower rank dialled is kept and the other refused (Duplicate). Never blocks. Throws
+  // the error that ended the last attempt, once (a later call dials again).
+  Link* tryLink(int peer);
+  // Every open link of `lane`.
+  std::vector<Link*> links(Lane lane) const;
+  // Readable once a p2p link came up or a p2p dial failed (the reader drains it).
+  int linkEventFd() const { return linkEvent_.get(); }
+  std::vector<int> connectedPeers() const override { return connectedPeers(Lane::Collective); }
 
  private:
   // A connection in its handshake (docs/protocol.md): incoming (we accepted it) or
@@ -101,17 +131,18 @@ class Transport {
     std::string address;
     bool outgoing = false;
     int peer = -1;  // outgoing: the rank we dialled; incoming: the rank its Hello named
+    Lane lane = Lane::Collective;  // outgoing: the lane dialled; incoming: its Hello's
     Stage stage = Stage::AwaitHello;
     uint8_t buf[wire::kHelloSize] = {};
     size_t got = 0;
     Deadline::Clock::time_point since;
     auth::Transcript transcript;  // with a key: what both MACs cover
-    uint64_t bytesSent = 0;       // handshake bytes, counted into the channel's wire bytes
+    uint64_t bytesSent = 0;       // handshake bytes, counted into the link's wire bytes
     uint64_t bytesRecv = 0;
   };
   // Reads what is there; returns true when the pending entry is finished (either a
-  // channel was made or the connection was dropped). Throws for a refused outgoing
-  // connection.
+  // link was made or the connection was dropped). Throws for a refused outgoing
+  // connection. mu_ is held by the callers of service() and of everything below.
   bool service(Pending& p);
   // Handles one complete handshake message in p.buf; returns true when finished.
   bool onIncoming(Pending& p, const wire::Hello& h);
@@ -123,11 +154,31 @@ class Transport {
   bool rejectIncoming(Pending& p, wire::RejectReason reason, const std::string& detail = "");
   // Tells the acceptor why we refuse it (best effort) and throws a HandshakeError.
   [[noreturn]] void refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why);
-  wire::Hello myHello(wire::HelloKind kind, int target) const;
+  wire::Hello myHello(wire::HelloKind kind, int target, Lane lane) const;
   // Remembers why a connection claiming to be `claimedRank` was refused, for the error
   // if that rank then never connects (the refusal was only logged at the time).
   void noteRefusal(int claimedRank, const std::string& address, std::string_view why);
-  void addChannel(Pending& p);
+  void addLink(Pending& p);
+  void closeAllLocked(Lane lane);
+  bool hasLink(int peer, Lane lane) const { return links_.count({peer, lane}) != 0; }
+  // Makes every other thread waiting in connect() look again (a link was made, or a
+  // connection accepted that it should watch).
+  void wakeOthers(int selfFd);
+  // The background service thread: accepts connections and runs every incoming
+  // handshake and the p2p lane's outgoing ones, so that the listener is served whether
+  // or not a thread is inside connect() (a stranger is answered at once; a peer that
+  // dials for point to point is accepted while this rank computes).
+  void serviceLoop();
+  // One round of it, with mu_ held: returns the descriptors to wait on.
+  void serviceRound(std::vector<pollfd>& fds);
+  void acceptAll();
+  // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
+  // Hello, then the service thread takes it over.
+  void dialP2P(int peer);
+  bool p2pUnderWay(int peer) const;  // mu_ held
+  // An incoming p2p dial from `peer` that loses to this rank's own dial (mu_ held).
+  bool lostCrossedDial(int peer, Lane lane) const;
+  void signalLinkEvent();
 
   TransportConfig cfg_;
   std::shared_ptr<Store> store_;
@@ -136,10 +187,20 @@ class Transport {
   [[noreturn]] void throwInterrupted(int peer) const;
   net::Fd listener_;
   std::string listenAddr_;
-  std::map<int, std::unique_ptr<Channel>> channels_;
+  mutable std::mutex mu_;
+  std::map<std::pair<int, Lane>, std::unique_ptr<Link>> links_;
   std::vector<std::unique_ptr<Pending>> pending_;
   mutable std::map<int, std::string> published_;
   std::map<int, std::string> refused_;  // claimed rank -> "address: reason" of the last refusal
+  std::set<int> waiters_;               // the eventfds of the threads waiting in connect()
+  // The service thread and what it shares (under mu_ but for the descriptors).
+  std::thread service_;
+  net::Fd serviceWake_;
+  net::Fd linkEvent_;
+  std::atomic<bool> stopping_{false};
+  std::set<int> dialling_;               // p2p dials before their pending entry exists
+  std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink
+  std::vector<std::thread> dialers_;
 };
 
 }  // namespace tccl

@@ -83,7 +83,7 @@ std::string_view toString(RejectReason r) {
     case RejectReason::WrongTarget:
       return "hello addressed to another rank";
     case RejectReason::Duplicate:
-      return "a connection from that rank already exists";
+      return "a connection from that rank on that lane already exists";
     case RejectReason::AuthRequired:
       return "the rejecting side requires an auth key and the other side has none "
              "(set TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE the same on every rank)";
@@ -94,6 +94,8 @@ std::string_view toString(RejectReason r) {
       return "authentication failed: the two sides' keys differ (another job, or a wrong key)";
     case RejectReason::Unexpected:
       return "unexpected handshake message";
+    case RejectReason::BadLane:
+      return "unknown connection lane (0 collectives, 1 point to point)";
   }
   return "unknown reason";
 }
@@ -157,6 +159,7 @@ RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myR
   if (h.worldSize != worldSize) return RejectReason::WrongWorldSize;
   if (h.rank < 0 || h.rank >= worldSize || h.rank == myRank) return RejectReason::BadRank;
   if (h.targetRank != myRank) return RejectReason::WrongTarget;
+  if (h.lane > 1) return RejectReason::BadLane;
   return RejectReason::None;
 }
 

@@ -62,9 +62,6 @@ enum class MsgKind : uint8_t {
   Credit = 7,  // p2p: eager-pool bytes the receiver has freed
   Cancel = 8,  // p2p: the sender gave up on a request to send (deadline)
 };
-// Until the p2p engine replaces them: send/recv run as schedules on the collectives'
-// connection, flagged so that a channel watcher never mistakes them for a collective's.
-constexpr uint8_t kFlagP2P = 1;
 // Whether `length` payload bytes follow a header of this kind (Rts announces a size
 // without sending it).
 constexpr bool carriesPayload(MsgKind k) {
@@ -122,6 +119,7 @@ enum class RejectReason : uint32_t {
   AuthUnsupported = 10,  // the other side has a key; the rejecting side has none
   AuthFailed = 11,       // a MAC did not verify: the keys differ
   Unexpected = 12,       // a handshake message out of order
+  BadLane = 13,          // a lane other than 0 (collectives) or 1 (point to point)
 };
 std::string_view toString(RejectReason r);
 
@@ -154,7 +152,8 @@ DecodeStatus decodeHello(const uint8_t in[kHelloSize], Hello* out);
 bool plausibleHelloPrefix(const uint8_t* in, size_t n, uint16_t* version = nullptr);
 
 // What a receiver expects of a hello from a would-be peer. Returns None if it is
-// acceptable, else the reason to reject it. (Authentication is judged separately.)
+// acceptable, else the reason to reject it. (Authentication, and whether that rank is
+// already connected on that lane, are judged separately.)
 RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myRank, int worldSize);
 
 // 64-bit FNV-1a over the signature fields, folded to 32 bits (high ^ low); any difference in

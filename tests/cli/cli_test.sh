@@ -78,6 +78,21 @@ for op in reduce_scatter allgather broadcast reduce alltoall gather scatter send
   check "bench --op $op exits 0" test $rc -eq 0
   check "bench --op $op csv rows, nothing wrong" awk -F, 'NR == 1 { if ($10 != "wrong") exit 1; next } { n++; if ($10 != 0) exit 1 } END { if (n < 2) exit 1 }' <<<"$out"
 done
+# --op takes every name of the collective table (src/algorithms/collective_spec.hpp) and
+# reports the canonical one.
+for alias in all_reduce:allreduce ar:allreduce all_gather:allgather ag:allgather rs:reduce_scatter bcast:broadcast a2a:alltoall all_to_all:alltoall; do
+  json=$(run bench --world 2 --sizes 4K --op "${alias%%:*}" --iters 2 --warmup 0 --json); rc=$?
+  check "bench --op ${alias%%:*} exits 0" test $rc -eq 0
+  check "bench --op ${alias%%:*} runs ${alias##*:}" /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["collective"] == sys.argv[2], d["collective"]
+assert all(r["wrong"] == 0 for r in d["results"]), d
+' "$json" "${alias##*:}"
+done
+out=$(run bench --world 3 --op barrier --iters 3 --warmup 1 --csv); rc=$?
+check "bench --op barrier exits 0" test $rc -eq 0
+check "bench --op barrier: one row, no data" awk -F, 'NR == 1 { next } { n++; if ($1 != 0 || $10 != 0) exit 1 } END { if (n != 1) exit 1 }' <<<"$out"
 svg=$(mktemp --suffix=.svg)
 out=$(run bench --world 4 --crossover -f 8 --iters 3 --warmup 1 --plot "$svg"); rc=$?
 echo "$out"
@@ -103,7 +118,7 @@ else
   echo "SKIP: bench --plot FILE.png (no rsvg-convert; scripts/deps.sh test installs librsvg2-bin)"
 fi
 rm -f "$svg" "$png"
-for bad in "--op allfoo" "--algo tree --op gather" "-f 1" "--plot x.pdf" "--algo bogus" "--json --csv"; do
+for bad in "--op allfoo" "--algo tree --op gather" "--op bcast --algo hd" "-f 1" "--plot x.pdf" "--algo bogus" "--json --csv"; do
   err=$(run bench --world 2 $bad 2>&1 >/dev/null); rc=$?
   check "bench $bad exits 2" test $rc -eq 2
 done

@@ -27,6 +27,7 @@ void checkAcceptance(const Hello& h, uint64_t jobId, uint64_t commId, int myRank
   FUZZ_CHECK(h.worldSize == worldSize, "only this world size");
   FUZZ_CHECK(h.rank >= 0 && h.rank < worldSize && h.rank != myRank, "only another rank in range");
   FUZZ_CHECK(h.targetRank == myRank, "only a hello addressed to this rank");
+  FUZZ_CHECK(h.lane <= 1, "only lane 0 (collectives) or 1 (point to point)");
 }
 
 // The transport calls plausibleHelloPrefix on every prefix it has received, so each prefix

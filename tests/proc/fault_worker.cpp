@@ -27,6 +27,10 @@
 //   then=allreduce   loop: an all-reduce after each call of `coll`
 //   warmup=1         loop/mismatch: a one-element all-reduce with a 30 s deadline first
 //                    (collective #0; the sequence then starts at #1)
+//   calltimeout=MS   every call of the sequence with this per-call timeout (the
+//                    communicator's stays `timeout`)
+//   absent=1         the culprit never creates its communicator: it waits for
+//                    "faults/done" and exits 0
 // After publishing, the worker waits (bounded) for the key "faults/done" so that its
 // exit cannot become another rank's failure; the test kills whatever is left.
 // Exit status: 0, or 1 when a result was wrong (also in the record), 2 for bad usage.
@@ -67,6 +71,8 @@ struct Config {
   int64_t pauseMs = 0;
   bool then = false;
   bool warmup = false;
+  int64_t callTimeoutMs = 0;  // 0: the communicator's
+  bool absent = false;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -114,6 +120,10 @@ Config parseArgs(int argc, char** argv) {
       c.then = v == "allreduce";
     } else if (k == "warmup") {
       c.warmup = v == "1";
+    } else if (k == "calltimeout") {
+      c.callTimeoutMs = std::stoll(v);
+    } else if (k == "absent") {
+      c.absent = v == "1";
     } else {
       usage("unknown key " + k);
     }
@@ -242,6 +252,7 @@ class Worker {
     }
     CollectiveOptions o;
     o.algorithm = call.algo;
+    if (c_.callTimeoutMs > 0) o.timeout = std::chrono::milliseconds(c_.callTimeoutMs);
     const std::string& k = call.coll;
     if (k == "allreduce") {
       comm_.allreduce(in_.data(), out_.data(), call.count, call.dtype, call.op, o);
@@ -479,6 +490,16 @@ int main(int argc, char** argv) {
   // communicator's (which the failure may have left in any state).
   std::shared_ptr<Store> results = resultStore();
   int rank = -1;
+  const char* envRank = std::getenv("TCCL_RANK");
+  if (c.absent && envRank != nullptr && std::atoi(envRank) == c.culprit) {
+    // A rank that never arrives: the others must name it, and this process must not
+    // exit (its end would not be what they are to find) before they have.
+    try {
+      results->wait({"faults/done"}, std::chrono::milliseconds(4 * c.timeoutMs + 30000));
+    } catch (const Error&) {
+    }
+    return 0;
+  }
   try {
     CommOptions opts;
     opts.timeout = std::chrono::milliseconds(c.timeoutMs);

@@ -457,6 +457,61 @@ TEST_P(StoppedPeer, RankStuckInComputeBeforeTheCollectiveIsATimeoutNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, StoppedPeer, ::testing::ValuesIn(kAlgos),
                          [](const auto& p) { return algoName(p.param); });
 
+// ---- a rank that never arrives ----------------------------------------------------------
+
+// One rank of three never creates its communicator; the others run an all-reduce that
+// needs every rank's host from the store (auto's cost model, hier's layout) with a short
+// per-call timeout (the communicator's is long). That wait is the call's: bounded by its
+// deadline, and its end is a failure like any other: a Timeout naming the missing rank
+// within twice the timeout, every survivor agreeing, and Aborted for the next call.
+class MissingRank : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(MissingRank, TheCallTimesOutNamingTheRankThatNeverArrivedThenAborts) {
+  constexpr int64_t kCallTimeoutMs = 2000;
+  FaultSpec spec;
+  spec.world = 3;
+  spec.culprit = 2;
+  spec.args = {"scenario=loop",
+               "algo=" + algoName(GetParam()),
+               "count=1000",
+               "iters=2",
+               "absent=1",
+               "timeout=60000",
+               "calltimeout=" + std::to_string(kCallTimeoutMs)};
+  spec.deadline = Ms(40000);
+  FaultRun run = runFaultJob(spec);
+  expectCleanExits(run);
+  for (int r : {0, 1}) {
+    auto it = run.records.find(r);
+    ASSERT_NE(it, run.records.end()) << "rank " << r << " has no record\n" << run.describe();
+    const Record& rec = it->second;
+    EXPECT_EQ(rec.get("status"), "error") << run.describe();
+    EXPECT_EQ(rec.get("kind"), "Timeout") << run.describe();
+    EXPECT_EQ(rec.num("culprit"), 2) << run.describe();
+    EXPECT_EQ(rec.num("call"), 0) << run.describe();
+    EXPECT_EQ(rec.num("seq"), 0) << run.describe();
+    EXPECT_EQ(rec.get("collective"), "allreduce") << run.describe();
+    EXPECT_EQ(rec.get("phase"), "hosts") << run.describe();
+    EXPECT_GE(rec.num("detected_by"), 0) << run.describe();
+    EXPECT_LT(rec.real("elapsed_ms"), 2.0 * kCallTimeoutMs) << run.describe();
+    EXPECT_NE(rec.get("what").find("rank 2 never published a heartbeat"), std::string::npos)
+        << run.describe();
+    EXPECT_EQ(rec.get("later_kind"), "Aborted") << run.describe();
+    EXPECT_EQ(rec.num("later_culprit"), 2) << run.describe();
+    EXPECT_EQ(rec.get("later_quotes_cause"), "1") << run.describe();
+    EXPECT_EQ(rec.num("abort_cause_culprit"), 2) << run.describe();
+  }
+  // Both survivors report the one verdict: the same detector.
+  if (run.records.count(0) && run.records.count(1)) {
+    EXPECT_EQ(run.records[0].get("detected_by"), run.records[1].get("detected_by"))
+        << run.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, MissingRank,
+                         ::testing::Values(Algorithm::Auto, Algorithm::Hierarchical),
+                         [](const auto& p) { return algoName(p.param); });
+
 // ---- mismatched collectives ------------------------------------------------------------
 
 struct MismatchCase {

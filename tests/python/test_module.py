@@ -232,6 +232,37 @@ def test_a_real_timeout_carries_where_it_failed():
     assert err.peer == 1 or err.culprit == 1
 
 
+@pytest.mark.parametrize("bad", [0, 0.0, -1, -0.5, float("nan"), __import__("datetime").timedelta(0)])
+def test_a_timeout_of_zero_or_less_is_refused_it_would_wait_forever(bad):
+    # Some finite deadline is always in force: 0 or less is an InvalidArgumentError
+    # naming the parameter, for the communicator, each call and shrink; and the same
+    # value given straight to the binding (timeout_ms=0) is refused by the C++ side.
+    with pytest.raises(tccl.InvalidArgumentError, match="must be positive"):
+        tccl.Communicator(tccl.HashStore(), 0, 1, timeout=bad)
+    with pytest.raises(tccl.InvalidArgumentError, match="must be positive"):
+        tccl.Communicator.from_env(timeout=bad)
+    c = tccl.Communicator(tccl.HashStore(), 0, 1)
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(tccl.InvalidArgumentError, match="timeout=.*must be positive"):
+        c.all_reduce(x, timeout=bad)
+    with pytest.raises(tccl.InvalidArgumentError, match="must be positive"):
+        c.barrier(timeout=bad)
+    with pytest.raises(tccl.InvalidArgumentError, match="must be positive"):
+        c.shrink(timeout=bad)
+    assert c.sequence == 0 and not c.aborted  # refused before anything was issued
+    c.all_reduce(x, timeout=0.0001)  # under a millisecond: 1 ms, not 0
+    assert c.sequence == 1
+
+
+def test_timeout_ms_zero_through_the_binding_is_refused_by_cpp():
+    with pytest.raises(tccl.InvalidArgumentError, match="CommOptions::timeout of 0 ms"):
+        _tccl._Communicator(tccl.HashStore(), 0, 1, 0, "default", "", 0)
+    c = tccl.Communicator(tccl.HashStore(), 0, 1)
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(tccl.InvalidArgumentError, match="per-call timeout .* of 0 ms"):
+        c._c.allreduce(x, None, tccl.ReduceOp.SUM, False, 0, tccl.Algorithm.AUTO, None)
+
+
 # ---- async works, threads, stats ---------------------------------------------------------
 
 

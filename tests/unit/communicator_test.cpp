@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.hpp"
 #include "tccl/tccl.hpp"
 
 using namespace tccl;
@@ -176,6 +177,64 @@ TEST(Communicator, InvalidArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
   comm.allreduce(v.data(), 8, DataType::Float32, ReduceOp::Avg);
   EXPECT_EQ(v[7], 2.0f);
   comm.allreduce(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);  // count 0 is fine
+}
+
+// Some finite deadline is always in force: a timeout of 0 or less (which once meant
+// "wait forever", poll(-1)) is an InvalidArgument wherever it comes from, naming where.
+void expectTimeoutRefused(const std::function<void()>& f, const std::string& where) {
+  try {
+    f();
+    ADD_FAILURE() << where << ": accepted";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(where), std::string::npos) << what;
+    EXPECT_TRUE(what.find("must be positive") != std::string::npos ||
+                what.find("longest timeout") != std::string::npos)
+        << what;
+  }
+}
+
+TEST(Communicator, ZeroOrNegativeTimeoutsAreRefusedNamingWhereTheyCameFrom) {
+  for (auto t : {0ms, -1ms, -300000ms, std::chrono::milliseconds(int64_t{1} << 41),
+                 std::chrono::milliseconds::max()}) {
+    CommOptions o;
+    o.timeout = t;
+    expectTimeoutRefused([&] { Communicator c(std::make_shared<HashStore>(), 0, 1, o); },
+                         "CommOptions::timeout of " + std::to_string(t.count()) + " ms");
+  }
+  for (const char* env : {"0", "-1"}) {
+    tccl::testing::ScopedEnv e("TCCL_TIMEOUT_MS", env);
+    expectTimeoutRefused([&] { Communicator c(std::make_shared<HashStore>(), 0, 1); },
+                         std::string("TCCL_TIMEOUT_MS='") + env + "'");
+  }
+  {
+    // fromEnv refuses it before it hosts or dials a store.
+    tccl::testing::ScopedEnv r("TCCL_RANK", "0"), w("TCCL_WORLD_SIZE", "1"),
+        s("TCCL_STORE", "127.0.0.1:1");
+    CommOptions o;
+    o.timeout = 0ms;
+    expectTimeoutRefused([&] { Communicator::fromEnv(o); }, "CommOptions::timeout of 0 ms");
+  }
+  Communicator c(std::make_shared<HashStore>(), 0, 1);
+  float x = 1;
+  for (auto t : {0ms, -5ms}) {
+    CollectiveOptions o;
+    o.timeout = t;
+    const std::string ms = std::to_string(t.count()) + " ms";
+    expectTimeoutRefused([&] { c.allreduce(&x, 1, DataType::Float32, ReduceOp::Sum, o); },
+                         "allreduce: a per-call timeout (CollectiveOptions::timeout) of " + ms);
+    expectTimeoutRefused([&] { c.allreduceAsync(&x, 1, DataType::Float32, ReduceOp::Sum, o); },
+                         "allreduce: a per-call timeout");
+    expectTimeoutRefused([&] { c.barrier(o); }, "barrier: a per-call timeout");
+    expectTimeoutRefused([&] { c.shrink(t); }, "shrink: a timeout of " + ms);
+  }
+  // Refused before taking a sequence number: the communicator is as it was.
+  EXPECT_EQ(c.sequence(), 0);
+  EXPECT_FALSE(c.aborted());
+  CollectiveOptions ok;
+  ok.timeout = 1ms;
+  c.allreduce(&x, 1, DataType::Float32, ReduceOp::Sum, ok);
+  EXPECT_EQ(c.sequence(), 1);
 }
 
 TEST(Communicator, AutoChoiceAndTheEnvironmentOverride) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -91,15 +92,46 @@ TEST(Config, TimeoutMs) {
     EXPECT_EQ(timeoutMs(), std::nullopt);
   }
   for (auto [text, value] : {std::pair<const char*, int64_t>{"1500", 1500},
-                             {"0", 0},
-                             {"-1", -1},
                              {"1", 1},
                              {"1099511627776", int64_t{1} << 40}}) {
     ScopedEnv e("TCCL_TIMEOUT_MS", text);
     EXPECT_EQ(timeoutMs(), std::optional<int64_t>(value)) << text;
   }
-  for (const char* bad : {"-2", "1099511627777", "abc", "10s", "1e3", " "}) {
+  for (const char* bad : {"0", "-1", "-2", "1099511627777", "abc", "10s", "1e3", " "}) {
     expectRejected("TCCL_TIMEOUT_MS", bad, [] { timeoutMs(); });
+  }
+}
+
+// 0 or less once meant "no timeout" (poll(-1)): now it says why it is refused.
+TEST(Config, ZeroOrNegativeTimeoutSaysItWouldWaitForever) {
+  for (const char* bad : {"0", "-1", "-300000"}) {
+    ScopedEnv e("TCCL_TIMEOUT_MS", bad);
+    try {
+      timeoutMs();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgumentError& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find(std::string("TCCL_TIMEOUT_MS='") + bad + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("must be positive"), std::string::npos) << what;
+      EXPECT_NE(what.find("wait forever"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Config, CheckTimeoutBoundsEveryTimeout) {
+  EXPECT_NO_THROW(checkTimeout("t", 1));
+  EXPECT_NO_THROW(checkTimeout("t", kMaxTimeoutMs));
+  for (int64_t bad : {int64_t{0}, int64_t{-1}, kMaxTimeoutMs + 1, INT64_MIN, INT64_MAX}) {
+    try {
+      checkTimeout("CommOptions::timeout of " + std::to_string(bad) + " ms", bad, 3);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgumentError& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find("CommOptions::timeout of " + std::to_string(bad) + " ms"),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(err.info().rank, 3);
+    }
   }
 }
 

@@ -34,6 +34,35 @@ TEST(Failure, HeartbeatRoundTrips) {
   EXPECT_EQ(*d, empty);
 }
 
+// The keys are the protocol's (docs/errors.md): every rank of every version must spell
+// them alike.
+TEST(Failure, KeysAreSpelledAsTheProtocolSays) {
+  EXPECT_EQ(keys::heartbeat(3), "hb/3");
+  EXPECT_EQ(keys::signature(12, 5), "sig/12/5");
+  EXPECT_EQ(keys::lastSignature(7), "sigmax/7");
+  EXPECT_STREQ(keys::kClaim, "abort/claim");
+  EXPECT_STREQ(keys::kCause, "abort/cause");
+  EXPECT_EQ(keys::shrinkAlive(1, 4), "shrink/1/alive/4");
+  EXPECT_EQ(keys::shrinkCount(0), "shrink/0/count");
+  EXPECT_EQ(keys::shrinkMembers(2), "shrink/2/members");
+}
+
+TEST(Failure, SignatureLastSeqAndMembersRoundTrip) {
+  const Signature sig{4000000000u, "allreduce #4 float32 x1024 sum ring"};
+  EXPECT_EQ(encodeSignature(sig), "4000000000 allreduce #4 float32 x1024 sum ring");
+  EXPECT_EQ(decodeSignature(encodeSignature(sig)), sig);
+  EXPECT_EQ(decodeSignature("17"), (Signature{17, ""}));
+  for (const char* bad : {"", "x sig", "-1 sig", "99999999999 sig"})
+    EXPECT_FALSE(decodeSignature(bad)) << bad;
+  for (int64_t q : {int64_t{-1}, int64_t{0}, int64_t{1} << 40})
+    EXPECT_EQ(decodeLastSeq(encodeLastSeq(q)), q);
+  EXPECT_FALSE(decodeLastSeq("3x"));
+  const std::vector<int> members{0, 1, 3};
+  EXPECT_EQ(encodeMembers(members), "0 1 3");
+  EXPECT_EQ(decodeMembers(encodeMembers(members)), members);
+  EXPECT_TRUE(decodeMembers("").empty());
+}
+
 TEST(Failure, HeartbeatRejectsGarbage) {
   for (const char* s :
        {"", "x", "1 2 3", "1 2 3 x sig", "1 a 3 4 s", "99999999999999999999 1 2 3 s"})

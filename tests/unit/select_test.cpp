@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,65 @@ namespace tccl::algo {
 namespace {
 
 using tccl::testing::ScopedEnv;
+
+// Every field of LinkModel survives the text rank 0 shares through the store, exactly.
+// The structured bindings name every field: a field added to LinkModel stops this test
+// (and encodeLinkModel) compiling until it is encoded and compared here.
+TEST(LinkModelRecord, EveryFieldRoundTripsExactly) {
+  const LinkModel defaults;
+  LinkModel m;
+  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
+  alpha = 12.345678901234567e-6;
+  beta = 1.0 / 3.3e9;
+  hdPenalty = 1.2345;
+  hdFrom = 3.0 * (1 << 20) + 0.5;
+  interAlpha = 77.7e-6;
+  interBeta = 1.0 / 0.9e9;
+  gamma = 1.0 / 17.25e9;
+  cores = 37;
+  const auto& [dAlpha, dBeta, dHdPenalty, dHdFrom, dInterAlpha, dInterBeta, dGamma, dCores] =
+      defaults;
+  // Distinct from the defaults and from one another, so a swapped field shows.
+  const double set[] = {alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma};
+  const double dflt[] = {dAlpha, dBeta, dHdPenalty, dHdFrom, dInterAlpha, dInterBeta, dGamma};
+  for (size_t i = 0; i < std::size(set); ++i) {
+    EXPECT_NE(set[i], dflt[i]) << "field " << i;
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(set[i], set[j]) << i << " " << j;
+  }
+  EXPECT_NE(cores, dCores);
+
+  const std::string text = encodeLinkModel(m);
+  const std::optional<LinkModel> back = decodeLinkModel(text);
+  ASSERT_TRUE(back) << text;
+  const auto& [bAlpha, bBeta, bHdPenalty, bHdFrom, bInterAlpha, bInterBeta, bGamma, bCores] = *back;
+  EXPECT_EQ(bAlpha, alpha) << text;
+  EXPECT_EQ(bBeta, beta) << text;
+  EXPECT_EQ(bHdPenalty, hdPenalty) << text;
+  EXPECT_EQ(bHdFrom, hdFrom) << text;
+  EXPECT_EQ(bInterAlpha, interAlpha) << text;
+  EXPECT_EQ(bInterBeta, interBeta) << text;
+  EXPECT_EQ(bGamma, gamma) << text;
+  EXPECT_EQ(bCores, cores) << text;
+  // No field beyond the eight: the record is exactly as long as their encodings.
+  EXPECT_EQ(encodeLinkModel(*back), text);
+}
+
+TEST(LinkModelRecord, RejectsAnythingButTheWholeRecord) {
+  const std::string good = encodeLinkModel(LinkModel{});
+  ASSERT_TRUE(decodeLinkModel(good));
+  EXPECT_FALSE(decodeLinkModel(""));
+  EXPECT_FALSE(decodeLinkModel(good.substr(0, good.rfind(' '))));  // no cores
+  EXPECT_FALSE(decodeLinkModel(good + " extra=1"));
+  EXPECT_FALSE(decodeLinkModel(good + "x"));
+  std::string renamed = good;
+  renamed.replace(0, 9, "alpha_sek");
+  EXPECT_FALSE(decodeLinkModel(renamed));
+  std::string noNumber = good;
+  noNumber.insert(good.find('=') + 1, "x");
+  EXPECT_FALSE(decodeLinkModel(noNumber));
+  // The old job record's positional form (no names) is not a model.
+  EXPECT_FALSE(decodeLinkModel("2e-05 5e-10 1.1 5e-05 8e-10 5e-11 2"));
+}
 
 TEST(CostModel, DefaultsAreLoopbackClass) {
   const LinkModel m = formulaModel();

@@ -147,7 +147,8 @@ TEST(WireHeader, RejectsBadMagic) {
 }
 
 TEST(WireHeader, RejectsUnknownKind) {
-  for (int kind : {0, 3, 4, 0x7F, 0xFF}) {
+  // 1 data, 2 abort, 3..8 the point-to-point kinds.
+  for (int kind : {0, 9, 10, 0x7F, 0xFF}) {
     HeaderBytes b = encode(sampleHeader());
     b[2] = static_cast<uint8_t>(kind);
     MessageHeader out;
@@ -203,6 +204,7 @@ TEST(WireHello, ExactLittleEndianBytes) {
   h.reason = RejectReason::WrongTarget;
   h.rank = -2;  // negative numbers are two's complement
   h.flags = kHelloFlagAuth;
+  h.lane = 1;
   for (size_t i = 0; i < kNonceSize; ++i) h.nonce[i] = static_cast<uint8_t>(0xA0 + i);
   for (size_t i = 0; i < kMacSize; ++i) h.mac[i] = static_cast<uint8_t>(0xC0 + i);
   const HelloBytes b = encode(h);
@@ -217,7 +219,7 @@ TEST(WireHello, ExactLittleEndianBytes) {
       0x03, 0x00, 0x00, 0x00,                          // target rank
       0x07, 0x00, 0x00, 0x00,                          // reason
       0x01, 0x00, 0x00, 0x00,                          // flags: has a key
-      0x00, 0x00, 0x00, 0x00,                          // reserved
+      0x01, 0x00, 0x00, 0x00,                          // lane: point to point
       0xA0, 0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7,  // nonce
       0xA8, 0xA9, 0xAA, 0xAB, 0xAC, 0xAD, 0xAE, 0xAF,  //
       0xB0, 0xB1, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7,  //
@@ -286,6 +288,29 @@ TEST(WireHello, CheckAcceptsTheRightPeer) {
   EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::None);
   h.rank = 4;
   EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::None);
+  // Both lanes: collectives (0) and point to point (1).
+  h.lane = 1;
+  EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::None);
+}
+
+TEST(WireHello, CheckRejectsAnUnknownLane) {
+  Hello h = sampleHello();
+  for (uint32_t lane : {2u, 3u, 255u, 0x80000000u, UINT32_MAX}) {
+    h.lane = lane;
+    EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::BadLane) << "lane " << lane;
+  }
+  // The lane is judged last: a stranger's other faults are named first.
+  h.jobId ^= 1;
+  EXPECT_EQ(checkHello(h, h.jobId ^ 1, h.commId, 3, 5), RejectReason::WrongJob);
+  // It travels at offset 44.
+  h = sampleHello();
+  h.lane = 0x04030201;
+  const HelloBytes b = encode(h);
+  EXPECT_EQ(b[44], 0x01);
+  EXPECT_EQ(b[47], 0x04);
+  Hello out;
+  ASSERT_EQ(decodeHello(b.data(), &out), DecodeStatus::Ok);
+  EXPECT_EQ(out.lane, 0x04030201u);
 }
 
 TEST(WireHello, CheckNamesEachBadField) {
@@ -330,12 +355,12 @@ TEST(WireHello, CheckNamesEachBadField) {
 
 TEST(WireHello, ReasonNames) {
   std::set<std::string_view> names;
-  for (uint32_t r = 0; r <= 12; ++r) {
+  for (uint32_t r = 0; r <= 13; ++r) {
     const std::string_view name = toString(static_cast<RejectReason>(r));
     EXPECT_NE(name, "unknown reason") << r;
     names.insert(name);
   }
-  EXPECT_EQ(names.size(), 13u) << "two reasons share a description";
+  EXPECT_EQ(names.size(), 14u) << "two reasons share a description";
   EXPECT_EQ(toString(static_cast<RejectReason>(99)), "unknown reason");
 }
 

@@ -1,0 +1,238 @@
+// The Communicator's insides, shared by its rooms (docs/architecture.md, "Where things
+// live"). Each room keeps its members in a struct of its own and its steps in its own file:
+//
+//   public calls      communicator.cpp  the Communicator member functions
+//                     validate.cpp      argument checks and the algorithm of a call
+//   call queue        progress.cpp      issue order, the progress thread, execute's steps
+//   failure protocol  heartbeat.cpp     the heartbeat thread and records
+//                     failure_protocol.cpp  claim/cause, verdicts, signatures, abort, shrink
+//                     failure.hpp       every store key and record of the protocol
+//   bootstrap         bootstrap.cpp     settings, job record, transport, topology, leaving
+//
+// Locks, in the only order they may nest: queue.issueMu, then exec.execMu, then
+// failure.hbMu; failure.abortMu is a leaf (nothing is taken while it is held), and so is
+// failure.hbMu. The progress thread never holds issueMu and execMu together.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "algorithms/select.hpp"
+#include "core/call.hpp"
+#include "core/failure.hpp"
+#include "core/p2p_room.hpp"
+#include "core/topology.hpp"
+#include "exec/executor.hpp"
+#include "tccl/communicator.hpp"
+#include "transport/transport.hpp"
+
+namespace tccl {
+
+struct CallPlan;  // one call's schedule and executor context (progress.cpp)
+
+struct Communicator::Impl {
+  // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp; docs/errors.md) ----------
+  // Declared first, so destroyed last: the transport holds pointers to abortFlag and
+  // wakeFd until it is gone.
+  struct Failure {
+    // The first fatal error. abortMu guards abortCause only; a leaf lock.
+    mutable std::mutex abortMu;
+    std::optional<ErrorInfo> abortCause;
+    // Set with abortCause; read by the executor, which also polls wakeFd (an eventfd
+    // made readable on abort) so that an abort from another thread ends its wait.
+    std::atomic<bool> abortFlag{false};
+    int wakeFd = -1;
+    std::optional<FaultSpec> fault;         // TCCL_FAULT
+    std::chrono::milliseconds hbPeriod{0};  // 0: no heartbeats
+    // The heartbeat thread's own connection when the store is a TcpStore, so that a
+    // long store wait on the caller's thread never holds up a heartbeat.
+    std::shared_ptr<Store> hbStore;
+    std::thread heartbeat;
+    // hbMu guards hbStop, running, planPeriod, recent, enteredSeq and completedSeq; a
+    // leaf lock.
+    std::mutex hbMu;
+    std::condition_variable hbCv;
+    bool hbStop = false;
+    Running running;
+    // The period while a collective is planned (its hosts read) before it is entered:
+    // the others judge this rank by the call's period from its start.
+    std::chrono::milliseconds planPeriod{0};
+    // The last few collectives this rank ran: published when it fails, so a decider
+    // comparing signatures of collective #k finds this rank's even if it has moved on.
+    static constexpr size_t kRecent = 4;
+    std::array<std::pair<int64_t, Running>, kRecent> recent{};
+    int64_t enteredSeq = -1;
+    int64_t completedSeq = -1;
+    int shrinks = 0;  // shrink() calls so far (the thread that calls shrink)
+  } failure;
+
+  // ---- bootstrap and topology (bootstrap.cpp): set by the constructor, then read-only
+  // (but `model`, which measureLinks sets, and `ownedServer`, which shrink hands on) ----
+  struct Boot {
+    std::shared_ptr<Store> userStore;
+    std::shared_ptr<Store> store;  // namespaced: tccl/<name>/
+    std::unique_ptr<TcpStoreServer> ownedServer;
+    bool joined = false;  // construction completed
+    int rank = 0;
+    int size = 1;
+    CommOptions options;
+    std::chrono::milliseconds timeout{0};  // the communicator's: options, TCCL_TIMEOUT_MS
+    size_t segmentBytes = 0;
+    int spinMicros = 0;
+    std::optional<Algorithm> envAlgorithm;  // TCCL_ALGO
+    algo::LinkModel model;                  // rank 0's (the job record)
+    uint64_t jobId = 0;
+    std::vector<int> originalRanks;
+    std::unique_ptr<Transport> transport;
+    std::unique_ptr<Topology> topology;  // which ranks share a host (core/topology.hpp)
+  } boot;
+
+  // ---- execution (progress.cpp): the one call running now. execMu is held while a
+  // call runs and guards everything here, the transport and its counters ----------------
+  struct Exec {
+    std::mutex execMu;
+    Executor executor;
+    std::vector<uint8_t> scratch;  // for schedules that need it
+    // auto's last all-reduce choice: a training loop all-reduces the same sizes over and
+    // over, and the model's answer for a size never changes.
+    size_t autoMemoBytes = SIZE_MAX;
+    Algorithm autoMemoAlgo = Algorithm::Ring;
+  } exec;
+
+  // ---- point to point (p2p_calls.cpp, p2p_room.hpp): made on the first p2p call; mu
+  // guards the pointer. Declared after boot, so destroyed before the transport. ----------
+  struct P2P {
+    std::mutex mu;
+    std::unique_ptr<P2PRoom> room;
+  } p2p;
+
+  // ---- the call queue (progress.cpp): issueMu guards all of it but `last` ---------------
+  struct Queue {
+    std::mutex issueMu;
+    std::condition_variable cv;
+    std::deque<std::pair<PreparedCall, WorkPtr>> pending;
+    int64_t seq = 0;    // the next collective's number
+    bool busy = false;  // the progress thread runs a call
+    bool stopping = false;
+    std::thread progress;
+    CallStats last;  // the last blocking call's (written and read by the issuing thread)
+  } queue;
+
+  ~Impl();
+
+  // ---- bootstrap (bootstrap.cpp) ---------------------------------------------------------
+  // The constructor's steps, in order.
+  void readSettings(std::shared_ptr<Store> userStore, int rank, int size, CommOptions options);
+  void joinJob();
+  void openTransport();
+  // Every rank counts itself out of the store; the rank that hosts the store server
+  // (fromEnv with MASTER_ADDR) waits, for a bounded time, until every rank has, so that
+  // its exit does not pull the store from under ranks still using it.
+  void leaveStore() noexcept;
+
+  // ---- validation (validate.cpp) ---------------------------------------------------------
+  // Checks a call's arguments and settles its algorithm (but auto all-reduce, which
+  // execute decides); throws InvalidArgument, which leaves the communicator usable.
+  void validate(PreparedCall& call) const;
+  void checkBuffers(const PreparedCall& call) const;
+  void settleAlgorithm(PreparedCall& call) const;
+  [[noreturn]] void invalid(const std::string& msg) const;
+
+  // ---- the call queue and execution (progress.cpp) ---------------------------------------
+  void progressLoop();
+  // Runs one call on the calling thread. execMu is held.
+  void execute(PreparedCall& call, CallStats* stats);
+  // execute's steps, in order.
+  void chooseAuto(PreparedCall& call, Deadline deadline, int64_t timeoutMs);
+  void beginStats(const PreparedCall& call, CallStats* stats) const;
+  void planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline, int64_t timeoutMs);
+  const Topology& readHosts(const PreparedCall& call, Deadline deadline, int64_t timeoutMs);
+  void fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
+                   int64_t timeoutMs) const;
+  Running runningOf(const PreparedCall& call, const CallPlan& plan, int64_t timeoutMs) const;
+  void runSchedule(const PreparedCall& call, CallPlan& plan, int64_t timeoutMs);
+  void countTraffic(const CommStats& before, CallStats* stats) const;
+  // Auto's all-reduce choice (TCCL_ALGO, else the cost model over this job's hosts).
+  Algorithm chooseAllreduce(size_t bytes, std::string* why) const;
+  std::optional<Algorithm> forcedAllreduce(std::string* why) const;
+  Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms) const;
+
+  // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp) ---------------------------
+  void startFailureWatch();
+  void startHeartbeat();
+  void stopHeartbeat();
+  void heartbeatLoop();
+  // One period's work: publish this rank's record, adopt a cause another rank decided.
+  void publishHeartbeat(int64_t beat);
+  // Inside collective #entered for a full period: compare what the ranks inside it run.
+  void compareWhileStuck(int64_t beat, int64_t entered);
+  failure::Heartbeat ownHeartbeat(int64_t beat);
+  // Every other rank's heartbeat record now (absent: none published).
+  std::map<int, failure::Heartbeat> readHeartbeats(Store& from);
+  // Records that this rank plans / entered / completed collective call.seq (heartbeats).
+  void planCall(const Running& what);
+  void enterCall(int64_t seq, const Running& what);
+  void completeCall(int64_t seq);
+
+  void wake();
+  // Records the first fatal error; returns the one that stands.
+  ErrorInfo setAbortCause(const ErrorInfo& info);
+  std::optional<ErrorInfo> currentAbortCause() const;
+  // Throws Aborted quoting the first fatal error, if there is one.
+  void checkUsable() const;
+
+  bool claim(Store& via);
+  void publishCause(Store& via, const ErrorInfo& cause);
+  std::optional<ErrorInfo> awaitCause(std::chrono::milliseconds bound);
+  // What every rank ran at collectives #lo..#hi (seq -> rank -> signature), once each
+  // rank has published its recent ones (sigmax/<rank>), or when `bound` has passed.
+  using SigTable = std::map<int64_t, std::map<int, failure::Signature>>;
+  SigTable awaitSignatures(int64_t lo, int64_t hi, std::chrono::milliseconds bound);
+  // A collective failed with `e`: tell the peers, agree on the cause, and throw it as
+  // seen from this rank.
+  [[noreturn]] void failCall(const Error& e, const PreparedCall& call, const Running& what);
+  bool publishRanAndClaim();
+  void abortPeers(const ErrorInfo& local, const std::optional<ErrorInfo>& known, int64_t seq);
+  ErrorInfo decideCause(const ErrorInfo& local, const PreparedCall& call, const Running& what,
+                        bool claimed);
+  void judgeTimeoutCause(ErrorInfo& c, const ErrorInfo& local, const PreparedCall& call,
+                         const Running& what, std::chrono::milliseconds period);
+  void judgeMismatchCause(ErrorInfo& c, const ErrorInfo& local, const PreparedCall& call,
+                          const Running& what, std::chrono::milliseconds sigWait);
+  // The error this rank throws: its own context with the agreed cause.
+  ErrorInfo asSeenHere(const ErrorInfo& local, const ErrorInfo& cause, const PreparedCall& call,
+                       const Running& what);
+  // Mismatch: what the culprit ran at collective cause.seq, read from the store.
+  std::string culpritSignature(const ErrorInfo& cause);
+  void abortNow(const std::string& reason);
+  // What the heartbeats say of `peer` now (alive, stopped, no record), for a
+  // point-to-point timeout's message; reads its record twice, a period and a half apart.
+  std::string describePeerHealth(int peer);
+
+  // ---- point to point (p2p_calls.cpp) ----------------------------------------------------
+  P2PRoom& p2pRoom();
+  // The room when it exists (abort paths: nothing to tell otherwise).
+  P2PRoom* p2pRoomIfAny();
+  void checkP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer,
+                int tag) const;
+  WorkPtr p2pWork(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
+                  const CollectiveOptions& options);
+  P2PHandle makeP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
+                    const CollectiveOptions& o, P2PCompletion done);
+  std::vector<int> agreeOnSurvivors(std::chrono::milliseconds wait);
+};
+
+}  // namespace tccl

@@ -1,0 +1,229 @@
+// The failure protocol's heartbeats (docs/errors.md, "Heartbeats"): every rank of a
+// communicator with more than one rank publishes hb/<rank> every period, learns from
+// abort/cause that another rank decided a failure, and, stuck inside one collective,
+// compares what the ranks inside it run.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "base/config.hpp"
+#include "core/comm_impl.hpp"
+
+namespace tccl {
+
+void Communicator::Impl::startFailureWatch() {
+  Failure& f = failure;
+  f.wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  boot.transport->setInterrupt(f.wakeFd, &f.abortFlag);
+  if (auto spec = config::getEnv("TCCL_FAULT")) {
+    std::string err;
+    f.fault = FaultSpec::parse(*spec, &err);
+    if (!f.fault) throwError(ErrorKind::InvalidArgument, err, boot.rank);
+  }
+  startHeartbeat();
+}
+
+// Heartbeats: a period a tenth of the timeout, within [50 ms, 1 s]; published once
+// before the constructor returns, so that "no record" means "not running".
+void Communicator::Impl::startHeartbeat() {
+  Failure& f = failure;
+  int64_t period = std::clamp<int64_t>(boot.timeout.count() / 10, 50, 1000);
+  if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
+  f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
+  if (f.hbPeriod.count() == 0) return;
+  f.hbStore = boot.store;
+  if (auto* tcp = dynamic_cast<TcpStore*>(boot.userStore.get())) {
+    f.hbStore = std::make_shared<PrefixStore>("tccl/" + boot.options.name,
+                                              std::make_shared<TcpStore>(tcp->host(), tcp->port()));
+  }
+  boot.store->setString(failure::keys::heartbeat(boot.rank),
+                        failure::encodeHeartbeat(ownHeartbeat(0)));
+  f.heartbeat = std::thread([this] { heartbeatLoop(); });
+}
+
+void Communicator::Impl::stopHeartbeat() {
+  {
+    std::lock_guard<std::mutex> lk(failure.hbMu);
+    failure.hbStop = true;
+  }
+  failure.hbCv.notify_all();
+  if (failure.heartbeat.joinable()) failure.heartbeat.join();
+}
+
+failure::Heartbeat Communicator::Impl::ownHeartbeat(int64_t beat) {
+  Failure& f = failure;
+  failure::Heartbeat h;
+  h.beat = beat;
+  std::lock_guard<std::mutex> lk(f.hbMu);
+  h.entered = f.enteredSeq;
+  h.completed = f.completedSeq;
+  if (f.enteredSeq >= 0) {
+    h.fingerprint = f.running.fingerprint;
+    h.signature = describe(f.enteredSeq, f.running);
+  }
+  for (const auto& [seqNo, r] : f.recent) {
+    if (r.fingerprint != 0) h.recent.push_back({seqNo, r.fingerprint, describe(seqNo, r)});
+  }
+  std::sort(h.recent.begin(), h.recent.end(),
+            [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  return h;
+}
+
+std::map<int, failure::Heartbeat> Communicator::Impl::readHeartbeats(Store& from) {
+  std::map<int, failure::Heartbeat> out;
+  for (int r = 0; r < boot.size; ++r) {
+    if (r == boot.rank) continue;
+    try {
+      const std::string k = failure::keys::heartbeat(r);
+      if (!from.check({k})) continue;
+      if (auto h = failure::decodeHeartbeat(from.getString(k))) out[r] = *h;
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
+}
+
+std::string Communicator::Impl::describePeerHealth(int peer) {
+  const auto period = failure.hbPeriod;
+  if (period.count() <= 0 || !failure.hbStore) return "heartbeats are off";
+  const std::string who = "rank " + std::to_string(peer);
+  const std::string k = failure::keys::heartbeat(peer);
+  auto read = [&]() -> std::optional<failure::Heartbeat> {
+    try {
+      if (!failure.hbStore->check({k})) return std::nullopt;
+      return failure::decodeHeartbeat(failure.hbStore->getString(k));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  const auto first = read();
+  if (!first) return who + " has no heartbeat record";
+  // Its beat advances once a period: 1.5 periods always see one, and are short next to
+  // a timeout (a period is a tenth of it).
+  const auto gap = std::min<std::chrono::milliseconds>(period * 3 / 2, std::chrono::seconds(2));
+  std::this_thread::sleep_for(gap);
+  const auto second = read();
+  if (!second || second->beat <= first->beat) {
+    return who + "'s heartbeat has stopped (beat #" + std::to_string(first->beat) + " for " +
+           std::to_string(gap.count()) + " ms): it may be dead or stopped";
+  }
+  std::string where = second->entered > second->completed && !second->signature.empty()
+                          ? "inside " + second->signature
+                          : "between collectives";
+  return who + " is alive (heartbeat #" + std::to_string(first->beat) + " -> #" +
+         std::to_string(second->beat) + ", " + where + ")";
+}
+
+// From the start of a collective, before it is entered: reading the hosts may take up to
+// the call's timeout, and a rank that then judges a timeout reads the heartbeats a few of
+// the call's periods apart. (Left set when the call fails there, as running.period is.)
+void Communicator::Impl::planCall(const Running& what) {
+  Failure& f = failure;
+  bool faster = false;
+  {
+    std::lock_guard<std::mutex> lk(f.hbMu);
+    faster = what.period.count() > 0 && what.period < f.hbPeriod;
+    f.planPeriod = what.period;
+  }
+  if (faster) f.hbCv.notify_all();
+}
+
+void Communicator::Impl::enterCall(int64_t seq, const Running& what) {
+  Failure& f = failure;
+  bool faster = false;
+  {
+    std::lock_guard<std::mutex> lk(f.hbMu);
+    faster = what.period.count() > 0 && what.period < f.hbPeriod;
+    f.planPeriod = std::chrono::milliseconds(0);  // running.period takes over
+    f.running = what;
+    f.enteredSeq = seq;
+    f.recent[static_cast<size_t>(seq) % Failure::kRecent] = {seq, what};
+  }
+  if (faster) f.hbCv.notify_all();
+}
+
+void Communicator::Impl::completeCall(int64_t seq) {
+  std::lock_guard<std::mutex> lk(failure.hbMu);
+  failure.completedSeq = seq;
+}
+
+void Communicator::Impl::heartbeatLoop() {
+  Failure& f = failure;
+  int64_t beat = 0;
+  int64_t stuckSeq = -1;  // the collective this rank has been inside for a while
+  int stuckBeats = 0;
+  std::unique_lock<std::mutex> lk(f.hbMu);
+  for (;;) {
+    const bool inCall = f.enteredSeq > f.completedSeq && f.running.period.count() > 0;
+    auto period = inCall ? std::min(f.hbPeriod, f.running.period) : f.hbPeriod;
+    if (f.planPeriod.count() > 0) period = std::min(period, f.planPeriod);
+    const int64_t seen = f.enteredSeq;
+    const auto seenPlan = f.planPeriod;
+    // Wake early when a call with a shorter period starts (or is planned).
+    if (f.hbCv.wait_for(lk, period, [&] {
+          return f.hbStop || (f.enteredSeq != seen && f.running.period < period) ||
+                 (f.planPeriod != seenPlan && f.planPeriod.count() > 0 && f.planPeriod < period);
+        }))
+      if (f.hbStop) break;
+    const int64_t entered = f.enteredSeq;
+    const bool inside = f.enteredSeq > f.completedSeq;
+    lk.unlock();
+    ++beat;
+    try {
+      publishHeartbeat(beat);
+      stuckBeats = inside && entered == stuckSeq ? stuckBeats + 1 : 0;
+      stuckSeq = inside ? entered : -1;
+      // From the first full period inside one collective, every period: the others'
+      // records lag by up to a period, so a rank not yet in it is simply not compared.
+      if (stuckBeats >= 1 && !f.abortFlag.load()) compareWhileStuck(beat, entered);
+    } catch (const std::exception&) {
+      // The store is unreachable: nothing to publish to; the sockets still tell.
+    }
+    lk.lock();
+  }
+}
+
+void Communicator::Impl::publishHeartbeat(int64_t beat) {
+  Store& via = *failure.hbStore;
+  via.setString(failure::keys::heartbeat(boot.rank), failure::encodeHeartbeat(ownHeartbeat(beat)));
+  if (!failure.abortFlag.load() && via.check({failure::keys::kCause})) {
+    // Another rank decided: this rank fails too, at its next wait or call.
+    if (auto cause = failure::decodeCause(via.getString(failure::keys::kCause))) {
+      setAbortCause(*cause);
+      wake();
+    }
+  }
+}
+
+// Ranks that chose different algorithms (a count mismatch under Auto, say) may never
+// exchange a message that would show it: their heartbeats do.
+void Communicator::Impl::compareWhileStuck(int64_t beat, int64_t entered) {
+  Store& via = *failure.hbStore;
+  const failure::Heartbeat self = ownHeartbeat(beat);
+  std::map<int, uint32_t> fps{{boot.rank, self.fingerprint}};
+  auto others = readHeartbeats(via);
+  for (const auto& [r, h] : others) {
+    if (h.entered == entered) fps[r] = h.fingerprint;
+  }
+  const int outlier = failure::majorityOutlier(fps, boot.size);
+  if (outlier < 0 || !claim(via)) return;
+  ErrorInfo c;
+  c.kind = ErrorKind::Mismatch;
+  c.rank = boot.rank;
+  c.detectedBy = boot.rank;
+  c.culprit = outlier;
+  c.culpritAddress = boot.transport->publishedAddress(outlier, failure.hbStore.get());
+  c.seq = entered;
+  c.localSignature = self.signature;
+  c.remoteSignature = outlier == boot.rank ? self.signature : others[outlier].signature;
+  c.message = "rank " + std::to_string(outlier) + " runs a different collective #" +
+              std::to_string(entered) + " than the other ranks (" + c.remoteSignature +
+              "), found by comparing heartbeats";
+  publishCause(via, c);
+  setAbortCause(c);
+  wake();
+}
+
+}  // namespace tccl

@@ -1,0 +1,126 @@
+// The communicator's point-to-point calls (core/p2p_room.hpp has the room they use).
+#include <algorithm>
+
+#include "base/config.hpp"
+#include "core/comm_impl.hpp"
+#include "core/p2p_room.hpp"
+#include "tccl/communicator.hpp"
+
+namespace tccl {
+
+void Communicator::Impl::checkP2P(bool isSend, const void* buf, size_t count, DataType dtype,
+                                  int peer, int tag) const {
+  const Impl& m = *this;
+  const char* name = isSend ? "send" : "recv";
+  auto bad = [&](const std::string& why) { m.invalid(std::string(name) + ": " + why); };
+  if (!isValid(dtype)) bad("unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (count > (size_t{1} << 62) / dataTypeSize(dtype))
+    bad("count " + std::to_string(count) + " too large");
+  if (count > 0 && buf == nullptr) bad("null buffer with count > 0");
+  const bool anyOk = !isSend;
+  if (!(anyOk && peer == kAnySource) && (peer < 0 || peer >= m.boot.size || peer == m.boot.rank)) {
+    bad(std::string(isSend ? "peer " : "source ") + std::to_string(peer) +
+        " must be another rank in [0, " + std::to_string(m.boot.size) + ")" +
+        (anyOk ? " or kAnySource" : ""));
+  }
+  if (tag < 0 && !(anyOk && tag == kAnyTag)) {
+    bad("tag " + std::to_string(tag) + " must be >= 0" + (anyOk ? " or kAnyTag" : ""));
+  }
+}
+
+P2PRoom* Communicator::Impl::p2pRoomIfAny() {
+  std::lock_guard<std::mutex> lk(p2p.mu);
+  return p2p.room.get();
+}
+
+P2PRoom& Communicator::Impl::p2pRoom() {
+  std::lock_guard<std::mutex> lk(p2p.mu);
+  if (!p2p.room) {
+    P2PConfig c;
+    c.rank = boot.rank;
+    c.worldSize = boot.size;
+    c.spinMicros = boot.spinMicros;
+    if (auto v = config::getEnvInt("TCCL_P2P_EAGER_BYTES", 0, int64_t{1} << 30))
+      c.eagerBytes = static_cast<size_t>(*v);
+    if (auto v = config::getEnvInt("TCCL_P2P_POOL_BYTES", 0, int64_t{1} << 34))
+      c.poolBytes = static_cast<size_t>(*v);
+    c.chunkBytes = std::max<size_t>(boot.segmentBytes, 64 * 1024);
+    p2p.room = std::make_unique<P2PRoom>(*boot.transport, c,
+                                         [this](int peer) { return describePeerHealth(peer); });
+    // A communicator aborted before its first p2p call: the room starts aborted.
+    if (auto cause = currentAbortCause()) p2p.room->abort(*cause);
+  }
+  return *p2p.room;
+}
+
+P2PHandle Communicator::Impl::makeP2P(bool isSend, const void* buf, size_t count, DataType dtype,
+                                      int peer, int tag, const CollectiveOptions& o,
+                                      P2PCompletion done) {
+  checkUsable();
+  checkP2P(isSend, buf, count, dtype, peer, tag);
+  int64_t ms = -1;
+  const Deadline d = deadlineFor(o.timeout, &ms);
+  const size_t bytes = count * dataTypeSize(dtype);
+  return isSend ? P2PEngine::makeSend(buf, bytes, peer, tag, d, ms, std::move(done))
+                : P2PEngine::makeRecv(const_cast<void*>(buf), bytes, peer, tag, d, ms,
+                                      std::move(done));
+}
+
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer, int tag,
+                        const CollectiveOptions& options) {
+  Impl& m = *impl_;
+  auto op = m.makeP2P(true, buf, count, dtype, peer, tag, options, {});
+  if (m.p2pRoom().submit(op, true)) m.queue.last = op->result().stats;
+}
+
+RecvStatus Communicator::recv(void* buf, size_t count, DataType dtype, int source, int tag,
+                              const CollectiveOptions& options) {
+  Impl& m = *impl_;
+  auto op = m.makeP2P(false, buf, count, dtype, source, tag, options, {});
+  RecvStatus st;
+  if (!m.p2pRoom().submit(op, true)) return st;  // in a group: known after groupEnd
+  m.queue.last = op->result().stats;
+  st.source = op->result().source;
+  st.tag = op->result().tag;
+  st.count = op->result().bytes / dataTypeSize(dtype);
+  return st;
+}
+
+WorkPtr Communicator::Impl::p2pWork(bool isSend, const void* buf, size_t count, DataType dtype,
+                                    int peer, int tag, const CollectiveOptions& options) {
+  Impl& m = *this;
+  auto work = std::make_shared<Work>(isSend ? "send" : "recv", -1, m.boot.rank);
+  P2PHandle op = m.makeP2P(isSend, buf, count, dtype, peer, tag, options,
+                           [work](const P2PResult& r, std::exception_ptr e) {
+                             work->setSource(r.source, r.tag);
+                             work->complete(r.stats, e);
+                           });
+  work->markStarted();
+  std::weak_ptr<P2PEngine> engine = m.p2pRoom().engine();
+  work->setDriver([engine, op] {
+    if (auto e = engine.lock()) {
+      try {
+        e->wait(op);
+      } catch (...) {
+        // wait() rethrows it from the Work
+      }
+    }
+  });
+  m.p2pRoom().submit(op, false);
+  return work;
+}
+
+WorkPtr Communicator::sendAsync(const void* buf, size_t count, DataType dtype, int peer, int tag,
+                                const CollectiveOptions& options) {
+  return impl_->p2pWork(true, buf, count, dtype, peer, tag, options);
+}
+
+WorkPtr Communicator::recvAsync(void* buf, size_t count, DataType dtype, int source, int tag,
+                                const CollectiveOptions& options) {
+  return impl_->p2pWork(false, buf, count, dtype, source, tag, options);
+}
+
+void Communicator::groupStart() { impl_->p2pRoom().groupStart(); }
+void Communicator::groupEnd() { impl_->p2pRoom().groupEnd(); }
+
+}  // namespace tccl

@@ -1,0 +1,59 @@
+#include "core/p2p_room.hpp"
+
+#include "tccl/error.hpp"
+
+namespace tccl {
+
+P2PRoom::P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer)
+    : source_(t, std::move(describePeer)),
+      engine_(std::make_shared<P2PEngine>(std::move(config), source_)) {}
+
+P2PRoom::~P2PRoom() = default;
+
+bool P2PRoom::inGroup() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return depth_ > 0 && owner_ == std::this_thread::get_id();
+}
+
+bool P2PRoom::submit(const P2PHandle& op, bool blocking) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (depth_ > 0 && owner_ == std::this_thread::get_id()) {
+      ops_.push_back(op);
+      if (blocking) blocking_.push_back(op);
+      return false;
+    }
+  }
+  engine_->post(op);
+  if (blocking) engine_->wait(op);
+  return true;
+}
+
+void P2PRoom::groupStart() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (depth_ > 0 && owner_ != std::this_thread::get_id()) {
+    throwError(ErrorKind::InvalidArgument,
+               "groupStart: another thread has a group open on this communicator");
+  }
+  owner_ = std::this_thread::get_id();
+  depth_++;
+}
+
+void P2PRoom::groupEnd() {
+  std::vector<P2PHandle> ops, blocking;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (depth_ == 0 || owner_ != std::this_thread::get_id()) {
+      throwError(ErrorKind::InvalidArgument, "groupEnd without a matching groupStart");
+    }
+    if (--depth_ > 0) return;
+    owner_ = std::thread::id();
+    ops.swap(ops_);
+    blocking.swap(blocking_);
+  }
+  if (ops.empty()) return;
+  engine_->post(ops);
+  engine_->waitAll(blocking);
+}
+
+}  // namespace tccl

@@ -1,0 +1,61 @@
+// The communicator's point-to-point room: its calls (send, recv, groups) over the p2p
+// engine (exec/p2p.hpp), which runs on the transport's p2p lane.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/p2p.hpp"
+#include "tccl/stats.hpp"
+#include "transport/transport.hpp"
+
+namespace tccl {
+
+// The transport's p2p lane as the engine's link source.
+class TransportP2PSource final : public P2PLinkSource {
+ public:
+  TransportP2PSource(Transport& t, std::function<std::string(int)> describePeer)
+      : transport_(t), describe_(std::move(describePeer)) {}
+  Link* link(int peer) override { return transport_.tryLink(peer); }
+  void service() override {}
+  std::vector<Link*> links() override { return transport_.links(Lane::P2P); }
+  int serviceFd() override { return transport_.linkEventFd(); }
+  std::string describePeer(int peer) override { return describe_ ? describe_(peer) : ""; }
+
+ private:
+  Transport& transport_;
+  std::function<std::string(int)> describe_;
+};
+
+class P2PRoom {
+ public:
+  P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer);
+  ~P2PRoom();
+
+  // Posts `op`, or records it when this thread is inside a group; a blocking one is
+  // then waited for (now, or by groupEnd). Returns false when it was deferred.
+  bool submit(const P2PHandle& op, bool blocking);
+  void groupStart();
+  // Posts the group's operations as one and waits for its blocking ones.
+  void groupEnd();
+  bool inGroup() const;
+  // Fails everything pending and later (the communicator aborted).
+  void abort(const ErrorInfo& cause) { engine_->abort(cause); }
+  const std::shared_ptr<P2PEngine>& engine() const { return engine_; }
+
+ private:
+  TransportP2PSource source_;
+  std::shared_ptr<P2PEngine> engine_;
+  // The open group: which thread opened it, how deep, and what it recorded.
+  mutable std::mutex mu_;
+  std::thread::id owner_;
+  int depth_ = 0;
+  std::vector<P2PHandle> ops_;
+  std::vector<P2PHandle> blocking_;
+};
+
+}  // namespace tccl

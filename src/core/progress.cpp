@@ -1,0 +1,341 @@
+// The call queue and progress: every call takes its place in the issue order (which
+// must be the same on every rank), then runs on the caller's thread when nothing is
+// queued, else on the progress thread; execute runs one call in named steps (see
+// docs/architecture.md, "Life of an all-reduce").
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/allreduce.hpp"
+#include "algorithms/collectives.hpp"
+#include "base/log.hpp"
+#include "core/comm_impl.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/wire.hpp"
+
+namespace tccl {
+
+// What execute hands from one step to the next.
+struct CallPlan {
+  algo::Schedule schedule;
+  ExecContext ctx;
+  std::vector<uint8_t> inputCopy;  // naive all-reduce in place works from a copy
+};
+
+// ---- issue order ----------------------------------------------------------------------
+
+WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
+  Impl& m = *impl_;
+  m.checkUsable();
+  m.validate(call);
+  if (P2PRoom* room = m.p2pRoomIfAny(); room && room->inGroup()) {
+    m.invalid(std::string(kindName(call.kind)) +
+              ": a collective inside a point-to-point group (groupStart ... groupEnd)");
+  }
+  Impl::Queue& q = m.queue;
+  std::unique_lock<std::mutex> issueLock(q.issueMu);
+  call.seq = q.seq++;
+  if (!async && q.pending.empty() && !q.busy) {
+    // Nothing queued: run on this thread. Taking execMu before releasing issueMu keeps
+    // anything issued after this call from running before it.
+    std::lock_guard<std::mutex> exec(m.exec.execMu);
+    issueLock.unlock();
+    CallStats stats;
+    m.execute(call, &stats);
+    q.last = std::move(stats);
+    return nullptr;
+  }
+  auto work = std::make_shared<Work>(kindName(call.kind), call.seq, m.boot.rank);
+  q.pending.emplace_back(std::move(call), work);
+  if (!q.progress.joinable()) q.progress = std::thread([&m] { m.progressLoop(); });
+  issueLock.unlock();
+  q.cv.notify_all();
+  if (async) return work;
+  // Asynchronous work is queued ahead of this blocking call: wait for its turn.
+  work->wait();
+  q.last = work->stats();
+  return nullptr;
+}
+
+void Communicator::Impl::progressLoop() {
+  for (;;) {
+    std::pair<PreparedCall, WorkPtr> task;
+    {
+      std::unique_lock<std::mutex> lk(queue.issueMu);
+      queue.cv.wait(lk, [&] { return queue.stopping || !queue.pending.empty(); });
+      if (queue.pending.empty()) return;  // stopping, and drained
+      task = std::move(queue.pending.front());
+      queue.pending.pop_front();
+      queue.busy = true;
+    }
+    CallStats stats;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lk(exec.execMu);
+      task.second->markStarted();
+      try {
+        execute(task.first, &stats);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    task.second->complete(std::move(stats), error);
+    {
+      std::lock_guard<std::mutex> lk(queue.issueMu);
+      queue.busy = false;
+    }
+    queue.cv.notify_all();
+  }
+}
+
+// ---- one call -------------------------------------------------------------------------
+
+Deadline Communicator::Impl::deadlineFor(const std::optional<std::chrono::milliseconds>& perCall,
+                                         int64_t* ms) const {
+  // Both are in [1 ms, config::kMaxTimeoutMs] (checked when given): always finite.
+  const auto t = perCall.value_or(boot.timeout);
+  *ms = t.count();
+  return Deadline::after(t);
+}
+
+std::optional<Algorithm> Communicator::Impl::forcedAllreduce(std::string* why) const {
+  if (!boot.envAlgorithm || *boot.envAlgorithm == Algorithm::Auto) return std::nullopt;
+  if (why) *why = "TCCL_ALGO";
+  return *boot.envAlgorithm;
+}
+
+Algorithm Communicator::Impl::chooseAllreduce(size_t bytes, std::string* why) const {
+  if (auto forced = forcedAllreduce(why)) return *forced;
+  // More than one rank: the hosts matter (read from the store on first use, which
+  // waits until every rank has published its host).
+  return algo::chooseAllreduce(boot.size, bytes, boot.model, why,
+                               boot.size > 1 ? &boot.topology->costs() : nullptr);
+}
+
+// The job's hosts, read from the store on first use (auto's cost model and hier's layout
+// need them) within the call's deadline. A rank that never published its host fails the
+// call like any other failure: a Timeout naming it, in phase "hosts" (failCall).
+const Topology& Communicator::Impl::readHosts(const PreparedCall& call, Deadline deadline,
+                                              int64_t timeoutMs) {
+  try {
+    boot.topology->layout(deadline);
+  } catch (const Error& e) {
+    ErrorInfo info = e.info();
+    info.collective = kindName(call.kind);
+    info.seq = call.seq;
+    info.phase = "hosts";
+    info.timeoutMs = timeoutMs;
+    throwError(std::move(info));
+  }
+  return *boot.topology;
+}
+
+void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
+  checkUsable();  // an earlier queued call may have failed
+  int64_t timeoutMs = -1;
+  const Deadline deadline = deadlineFor(call.timeout, &timeoutMs);
+  const auto start = Deadline::Clock::now();
+  CallPlan plan;
+  // The call as issued, until its plan says more: what failCall reports if the plan
+  // itself fails (reading the hosts).
+  Running what = runningOf(call, plan, timeoutMs);
+  planCall(what);
+  const CommStats before = boot.transport->stats();
+  try {
+    if (call.kind == CallKind::AllReduce && call.algorithm == Algorithm::Auto)
+      chooseAuto(call, deadline, timeoutMs);
+    beginStats(call, stats);
+    planSchedule(call, plan, deadline, timeoutMs);
+    if (stats->algorithm.empty()) stats->algorithm = plan.schedule.algorithm;
+    fillContext(call, plan, deadline, timeoutMs);
+    what = runningOf(call, plan, timeoutMs);
+    enterCall(call.seq, what);
+    runSchedule(call, plan, timeoutMs);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::InvalidArgument) throw;
+    failCall(e, call, what);
+  }
+  completeCall(call.seq);
+  countTraffic(before, stats);
+  stats->seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
+}
+
+// Auto all-reduce, decided when the call runs (validate.cpp says why), remembered per size.
+void Communicator::Impl::chooseAuto(PreparedCall& call, Deadline deadline, int64_t timeoutMs) {
+  const size_t bytes = call.count * dataTypeSize(call.dtype);
+  const bool explain = log::enabled(log::Level::Info);
+  std::string* why = explain ? &call.why : nullptr;
+  if (!explain && bytes == exec.autoMemoBytes) {
+    call.algorithm = exec.autoMemoAlgo;
+  } else {
+    if (auto forced = forcedAllreduce(why)) {
+      call.algorithm = *forced;
+    } else {
+      const algo::HostCosts* hosts =
+          boot.size > 1 ? &readHosts(call, deadline, timeoutMs).costs() : nullptr;
+      call.algorithm = algo::chooseAllreduce(boot.size, bytes, boot.model, why, hosts);
+    }
+    exec.autoMemoBytes = bytes;
+    exec.autoMemoAlgo = call.algorithm;
+  }
+}
+
+void Communicator::Impl::beginStats(const PreparedCall& call, CallStats* stats) const {
+  const char* name = kindName(call.kind);
+  stats->collective = name;
+  stats->algorithm = call.algorithm == Algorithm::Auto ? "" : std::string(toString(call.algorithm));
+  stats->seq = call.seq;
+  stats->count = call.count;
+  stats->bytes = call.count * dataTypeSize(call.dtype);
+  TCCL_INFO(name << " #" << call.seq << " " << call.count << " x " << toString(call.dtype) << " "
+                 << toString(call.op)
+                 << (call.root >= 0 ? " root/peer " + std::to_string(call.root) : std::string())
+                 << ": " << (stats->algorithm.empty() ? "-" : stats->algorithm) << " (" << call.why
+                 << ")");
+}
+
+// The schedule, the buffers' origins, and the local parts of the result that never cross
+// the wire (copied unless in place).
+void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline,
+                                      int64_t timeoutMs) {
+  const int rank = boot.rank, size = boot.size;
+  const size_t elem = dataTypeSize(call.dtype);
+  const size_t c = call.count;
+  const size_t block = c * elem;
+  const size_t r = static_cast<size_t>(rank);
+  const bool isRoot = call.root == rank;
+  const size_t segElems = std::max<size_t>(1, boot.segmentBytes / elem);
+  const uint8_t* in = call.in;
+  uint8_t* out = call.out;
+  ExecContext& ctx = plan.ctx;
+  algo::Schedule& schedule = plan.schedule;
+  auto localCopy = [&](uint8_t* dst, const uint8_t* src, size_t bytes) {
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  };
+  switch (call.kind) {
+    case CallKind::AllReduce:
+      schedule =
+          algo::allreduceSchedule(call.algorithm, rank, size, c, segElems,
+                                  call.algorithm == Algorithm::Hierarchical
+                                      ? &readHosts(call, deadline, timeoutMs).layout(deadline)
+                                      : nullptr);
+      // Naive reads its input while it writes its output; in place, it works from a copy.
+      if (algo::allreduceReadsInputLate(call.algorithm) && in == out && c > 0 && size > 1) {
+        plan.inputCopy.assign(in, in + block);
+        in = plan.inputCopy.data();
+      }
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case CallKind::ReduceScatter:
+      schedule = algo::ringReduceScatter(rank, size, c, segElems);
+      ctx.outputOrigin = r * c;
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case CallKind::AllGather:
+      schedule = algo::ringAllGather(rank, size, c, segElems);
+      ctx.inputOrigin = r * c;
+      localCopy(out + r * block, in, block);
+      break;
+    case CallKind::Broadcast:
+      schedule = call.algorithm == Algorithm::Tree
+                     ? algo::binomialBroadcast(rank, size, call.root, c, segElems)
+                     : algo::chainBroadcast(rank, size, call.root, c, segElems);
+      if (isRoot) localCopy(out, in, block);
+      break;
+    case CallKind::Reduce:
+      schedule = algo::binomialReduce(rank, size, call.root, c, segElems);
+      if (size == 1) localCopy(out, in, block);
+      break;
+    case CallKind::Barrier:
+      schedule = algo::disseminationBarrier(rank, size);
+      break;
+    case CallKind::AllToAll:
+      schedule = algo::pairwiseAllToAll(rank, size, c, segElems);
+      localCopy(out + r * block, in + r * block, block);
+      break;
+    case CallKind::Gather:
+      schedule = algo::flatGather(rank, size, call.root, c, segElems);
+      if (isRoot) localCopy(out + r * block, in, block);
+      break;
+    case CallKind::Scatter:
+      schedule = algo::flatScatter(rank, size, call.root, c, segElems);
+      ctx.outputOrigin = r * c;
+      if (isRoot) localCopy(out, in + r * block, block);
+      break;
+  }
+  // One rank holding the whole result applies avg itself.
+  if (reduces(call.kind) && size == 1 && call.op == ReduceOp::Avg && c > 0)
+    reduce::divide(out, c, call.dtype, size);
+  if (schedule.scratchElems * elem > exec.scratch.size())
+    exec.scratch.resize(schedule.scratchElems * elem);
+  ctx.input = in;
+  ctx.output = out;
+  ctx.scratch = exec.scratch.data();
+}
+
+void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
+                                     int64_t timeoutMs) const {
+  const char* name = kindName(call.kind);
+  ExecContext& ctx = plan.ctx;
+  ctx.dtype = call.dtype;
+  ctx.op = call.op;
+  ctx.worldSize = boot.size;
+  ctx.rank = boot.rank;
+  ctx.seq = static_cast<uint32_t>(call.seq);
+  ctx.fingerprint = wire::fingerprint(name, static_cast<uint8_t>(call.algorithm),
+                                      static_cast<uint8_t>(call.dtype),
+                                      static_cast<uint8_t>(call.op), call.count, call.root);
+  ctx.collective = name;
+  ctx.seqFull = call.seq;
+  ctx.deadline = deadline;
+  ctx.timeoutMs = timeoutMs;
+  ctx.spinMicros = boot.spinMicros;
+  ctx.wakeFd = failure.wakeFd;
+  ctx.abortFlag = &failure.abortFlag;
+  ctx.watchPeers = boot.transport->connectedPeers();
+  const auto& fault = failure.fault;
+  if (fault && (fault->seq < 0 || fault->seq == call.seq)) ctx.fault = &*fault;
+}
+
+Running Communicator::Impl::runningOf(const PreparedCall& call, const CallPlan& plan,
+                                      int64_t timeoutMs) const {
+  Running what;
+  what.kind = call.kind;
+  what.count = call.count;
+  what.dtype = call.dtype;
+  what.op = call.op;
+  what.root = call.root;
+  what.algorithm = call.algorithm;
+  what.fingerprint = plan.ctx.fingerprint;
+  const auto hbPeriod = failure.hbPeriod;
+  if (timeoutMs > 0 && hbPeriod.count() > 0)
+    what.period =
+        std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs / 10, 20, hbPeriod.count()));
+  return what;
+}
+
+// Connects the schedule's peers (a failure there names the phase "connect"), then runs it.
+void Communicator::Impl::runSchedule(const PreparedCall& call, CallPlan& plan, int64_t timeoutMs) {
+  if (plan.schedule.ops.empty()) return;
+  try {
+    boot.transport->connect(plan.schedule.peers, plan.ctx.deadline);
+  } catch (const Error& e) {
+    ErrorInfo info = e.info();
+    info.collective = kindName(call.kind);
+    info.seq = call.seq;
+    info.algorithm = plan.schedule.algorithm;
+    info.phase = "connect";
+    info.timeoutMs = timeoutMs;
+    throwError(std::move(info));
+  }
+  exec.executor.run(plan.schedule, plan.ctx, *boot.transport);
+}
+
+void Communicator::Impl::countTraffic(const CommStats& before, CallStats* stats) const {
+  const CommStats after = boot.transport->stats();
+  for (const auto& [peer, cnt] : after.perPeer) {
+    auto it = before.perPeer.find(peer);
+    stats->traffic.perPeer[peer] = it == before.perPeer.end() ? cnt : cnt - it->second;
+  }
+}
+
+}  // namespace tccl

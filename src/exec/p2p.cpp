@@ -1,0 +1,641 @@
+#include "exec/p2p.hpp"
+
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/log.hpp"
+#include "exec/p2p_util.hpp"
+
+namespace tccl {
+using wire::MsgKind;
+using namespace p2p_util;
+
+P2PEngine::P2PEngine(P2PConfig config, P2PLinkSource& links)
+    : cfg_(std::move(config)), source_(links) {
+  cfg_.chunkBytes = std::max<size_t>(cfg_.chunkBytes, 1);
+  cfg_.eagerBytes = std::min(cfg_.eagerBytes, cfg_.poolBytes);
+  wakeFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+P2PEngine::~P2PEngine() {
+  ErrorInfo cause;
+  cause.kind = ErrorKind::Aborted;
+  cause.rank = cfg_.rank;
+  cause.message = "the communicator was destroyed with this operation pending";
+  std::vector<P2PHandle> completed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    for (const P2PHandle& op : std::vector<P2PHandle>(all_)) {
+      fail(op, errorFor(*op, ErrorKind::Aborted, cause.message), completed);
+    }
+  }
+  cv_.notify_all();
+  kick();
+  if (progress_.joinable()) progress_.join();
+  runCompletions(completed);
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+P2PHandle P2PEngine::makeSend(const void* buf, size_t bytes, int peer, int tag, Deadline deadline,
+                              int64_t timeoutMs, P2PCompletion onDone) {
+  auto op = std::make_shared<P2POp>();
+  op->isSend = true;
+  op->buf = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
+  op->bytes = bytes;
+  op->peer = peer;
+  op->tag = tag;
+  op->deadline = deadline;
+  op->timeoutMs = timeoutMs;
+  op->onDone = std::move(onDone);
+  return op;
+}
+
+P2PHandle P2PEngine::makeRecv(void* buf, size_t capacity, int source, int tag, Deadline deadline,
+                              int64_t timeoutMs, P2PCompletion onDone) {
+  auto op = makeSend(buf, capacity, source, tag, deadline, timeoutMs, std::move(onDone));
+  op->isSend = false;
+  return op;
+}
+
+size_t P2PEngine::unexpectedBytesPeak() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return unexpectedPeak_;
+}
+
+size_t P2PEngine::pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return all_.size();
+}
+
+void P2PEngine::kick() {
+  if (wakeFd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t n = ::write(wakeFd_, &one, sizeof one);
+  (void)n;
+}
+
+void P2PEngine::ensureProgressThread() {
+  if (!progress_.joinable() && !stop_) progress_ = std::thread([this] { progressLoop(); });
+}
+
+// ---- posting ----------------------------------------------------------------------------
+
+void P2PEngine::post(const std::vector<P2PHandle>& ops) {
+  std::vector<P2PHandle> completed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const P2PHandle& op : ops) postLocked(op, completed);
+    // What is not done at once progresses on the progress thread unless a caller waits.
+    ensureProgressThread();
+  }
+  runCompletions(completed);
+  cv_.notify_all();
+  kick();
+}
+
+void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed) {
+  op->posted = Deadline::Clock::now();
+  op->id = nextId_++;
+  if (nextId_ == 0) nextId_ = 1;  // 0 means "refused" in a Cts
+  all_.push_back(op);
+  op->state = P2POp::State::Queued;
+  if (aborted_) {
+    fail(op,
+         errorFor(*op, ErrorKind::Aborted,
+                  "the communicator was aborted before this operation: " + aborted_->message),
+         completed);
+  } else if (op->isSend) {
+    auto it = links_.find(op->peer);
+    if (it != links_.end() && it->second.closed) {
+      fail(op, errorFor(*op, it->second.closedKind, it->second.closedWhy), completed);
+    } else if (it != links_.end()) {
+      it->second.sends.push_back(op);
+    } else {
+      unconnected_[op->peer].push_back(op);
+    }
+  } else if (!matchUnexpected(op, completed)) {
+    auto it = op->peer == kAnySource ? links_.end() : links_.find(op->peer);
+    if (it != links_.end() && it->second.closed) {
+      fail(op, errorFor(*op, it->second.closedKind, it->second.closedWhy), completed);
+    } else {
+      recvs_.push_back(op);
+      // This side may be the one that dials: start now, so that the sender finds us.
+      if (op->peer != kAnySource && it == links_.end()) unconnected_[op->peer];
+    }
+  }
+}
+
+// ---- waiting and driving ---------------------------------------------------------------
+
+void P2PEngine::wait(const P2PHandle& op) { waitAll({op}); }
+
+void P2PEngine::waitAll(const std::vector<P2PHandle>& ops) {
+  auto allDone = [&] {
+    return std::all_of(ops.begin(), ops.end(), [](const P2PHandle& o) { return o->done(); });
+  };
+  if (!allDone()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      callersWaiting_++;
+    }
+    kick();  // the progress thread hands the driving over
+    drive(allDone, false);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      callersWaiting_--;
+    }
+    cv_.notify_all();
+  }
+  for (const P2PHandle& o : ops) {
+    if (o->error()) std::rethrow_exception(o->error());
+  }
+}
+
+void P2PEngine::progressLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_) {
+    cv_.wait(lk, [&] { return stop_ || (hasWork() && !driving_ && callersWaiting_ == 0); });
+    if (stop_) break;
+    lk.unlock();
+    drive([] { return false; }, true);
+    lk.lock();
+  }
+}
+
+// Pending operations, or frames still to send (a Credit, Cts or Cancel outlives the
+// operation that caused it).
+bool P2PEngine::hasWork() const {
+  if (!all_.empty()) return true;
+  for (const auto& [peer, ls] : links_) {
+    if (ls.closed) continue;
+    if (!ls.tx.idle() || !ls.control.empty() || !ls.sends.empty() || !ls.streams.empty())
+      return true;
+  }
+  return false;
+}
+
+Deadline P2PEngine::earliestDeadline() const {
+  Deadline d = Deadline::never();
+  for (const P2PHandle& op : all_) {
+    if (op->deadline.at() < d.at()) d = op->deadline;
+  }
+  return d;
+}
+
+bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    if (until()) return true;
+    if (yieldToCallers && (stop_ || callersWaiting_ > 0 || driving_)) return false;
+    if (driving_) {
+      // Another thread drives; it completes our operations too and tells us.
+      cv_.wait_for(lk, std::chrono::milliseconds(5));
+      continue;
+    }
+    driving_ = true;
+    auto lastProgress = Deadline::Clock::now();
+    const auto spin = std::chrono::microseconds(cfg_.spinMicros);
+    for (;;) {
+      std::vector<P2PHandle> completed;
+      bool progress = pumpAll(completed);
+      if (anyExpired()) {
+        // What is known of the peers' health goes into the errors; asking may take a
+        // store round trip or two, so not under the lock (driving_ keeps others out).
+        std::map<int, std::string> health;
+        for (const P2PHandle& op : all_) {
+          if (op->deadline.expired() && op->peer >= 0) health[op->peer];
+        }
+        lk.unlock();
+        for (auto& [peer, text] : health) text = source_.describePeer(peer);
+        lk.lock();
+        expire(health, completed);
+      }
+      if (!completed.empty()) {
+        lk.unlock();
+        runCompletions(completed);
+        lk.lock();
+        cv_.notify_all();
+        progress = true;
+      }
+      if (until()) break;
+      if (yieldToCallers && (stop_ || callersWaiting_ > 0 || !hasWork())) {
+        break;
+      }
+      if (progress) {
+        lastProgress = Deadline::Clock::now();
+        continue;
+      }
+      if (Deadline::Clock::now() - lastProgress < spin) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+        continue;
+      }
+      std::vector<LinkWait> waits;
+      for (auto& [peer, ls] : links_) {
+        if (ls.closed) continue;
+        LinkWait w;
+        w.link = ls.link;
+        w.read = true;
+        w.write = ls.wantWrite;
+        waits.push_back(w);
+      }
+      Deadline until2 = earliestDeadline();
+      // Connections in progress: the source's descriptor says when to look again; a
+      // source without one is looked at every 2 ms.
+      const int serviceFd = source_.serviceFd();
+      if (!unconnected_.empty() && serviceFd < 0) {
+        const Deadline soon = Deadline::after(std::chrono::milliseconds(2));
+        if (soon.at() < until2.at()) until2 = soon;
+      }
+      lk.unlock();
+      waitLinks(waits, std::vector<int>{wakeFd_, serviceFd}, until2);
+      if (wakeFd_ >= 0) {
+        uint64_t v;
+        ssize_t n = ::read(wakeFd_, &v, sizeof v);
+        (void)n;
+      }
+      lk.lock();
+    }
+    driving_ = false;
+    cv_.notify_all();
+    return until();
+  }
+}
+
+void P2PEngine::runCompletions(std::vector<P2PHandle>& completed) {
+  for (const P2PHandle& op : completed) {
+    if (op->onDone) {
+      try {
+        op->onDone(op->result_, op->error_);
+      } catch (const std::exception& e) {
+        TCCL_WARN("a point-to-point completion callback threw: " << e.what());
+      }
+    }
+    op->done_.store(true, std::memory_order_release);
+  }
+  completed.clear();
+}
+
+// ---- links ------------------------------------------------------------------------------
+
+P2PEngine::LinkState* P2PEngine::stateFor(int peer) {
+  auto it = links_.find(peer);
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+void P2PEngine::adoptLinks(std::vector<P2PHandle>& completed) {
+  source_.service();
+  for (Link* l : source_.links()) {
+    if (links_.count(l->peer())) continue;
+    LinkState& ls = links_[l->peer()];
+    ls.link = l;
+    ls.peer = l->peer();
+    ls.credit = cfg_.poolBytes;
+  }
+  for (auto it = unconnected_.begin(); it != unconnected_.end();) {
+    const int peer = it->first;
+    Link* l = nullptr;
+    std::string error;
+    ErrorKind kind = ErrorKind::System;
+    try {
+      l = source_.link(peer);
+    } catch (const Error& e) {
+      error = e.info().message;
+      kind = e.kind();
+    }
+    if (!error.empty()) {
+      for (const P2PHandle& op : it->second) {
+        fail(op, errorFor(*op, kind, "could not connect: " + error), completed);
+      }
+      for (const P2PHandle& op : std::deque<P2PHandle>(recvs_)) {
+        if (op->peer == peer) {
+          eraseFrom(recvs_, op);
+          fail(op, errorFor(*op, kind, "could not connect: " + error), completed);
+        }
+      }
+      it = unconnected_.erase(it);
+      continue;
+    }
+    if (!l) {
+      ++it;
+      continue;
+    }
+    LinkState& ls = links_[peer];
+    if (!ls.link) {
+      ls.link = l;
+      ls.peer = peer;
+      ls.credit = cfg_.poolBytes;
+    }
+    for (const P2PHandle& op : it->second) ls.sends.push_back(op);
+    it = unconnected_.erase(it);
+  }
+}
+
+bool P2PEngine::pumpAll(std::vector<P2PHandle>& completed) {
+  adoptLinks(completed);
+  bool progress = false;
+  for (auto& [peer, ls] : links_) {
+    if (ls.closed) continue;
+    progress |= pumpTx(ls, completed);
+    if (!ls.closed) progress |= pumpRx(ls, completed);
+  }
+  return progress;
+}
+
+// The next frame for the link: control first, then envelopes in posting order, then the
+// next chunk of the oldest cleared stream.
+bool P2PEngine::nextTx(LinkState& ls) {
+  Tx t;
+  if (!ls.control.empty()) {
+    t = ls.control.front();
+    ls.control.pop_front();
+  } else if (!ls.sends.empty()) {
+    P2PHandle op = ls.sends.front();
+    ls.sends.pop_front();
+    t.op = op;
+    t.header.seq = static_cast<uint32_t>(op->tag);
+    t.header.step = op->id;
+    t.header.length = op->bytes;
+    if (op->bytes <= cfg_.eagerBytes && op->bytes <= ls.credit) {
+      ls.credit -= op->bytes;
+      t.header.kind = MsgKind::Eager;
+      t.payload = op->buf;
+      op->state = P2POp::State::Envelope;
+    } else {
+      t.header.kind = MsgKind::Rts;
+      op->state = P2POp::State::AwaitCts;
+      awaitingCts_[op->id] = op;
+    }
+  } else if (!ls.streams.empty()) {
+    P2PHandle op = ls.streams.front();
+    const size_t n = std::min(cfg_.chunkBytes, op->bytes - op->moved);
+    t.op = op;
+    t.header.kind = MsgKind::Chunk;
+    t.header.fingerprint = op->remoteId;
+    t.header.step = op->id;
+    t.header.length = n;
+    t.payload = op->buf + op->moved;
+    op->moved += n;
+    if (op->moved == op->bytes) ls.streams.pop_front();
+  } else {
+    return false;
+  }
+  ls.txNow = t;
+  ls.tx.start(t.header, t.payload);
+  return true;
+}
+
+bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
+  bool progress = false;
+  for (;;) {
+    if (ls.tx.idle() && !nextTx(ls)) {
+      ls.wantWrite = false;
+      return progress;
+    }
+    LinkIo r = ls.tx.pump(*ls.link);
+    if (r.status == LinkStatus::Blocked) {
+      ls.wantWrite = true;
+      return progress;
+    }
+    if (r.status == LinkStatus::Closed || r.status == LinkStatus::Error) {
+      closeLink(ls, ErrorKind::PeerClosed,
+                r.status == LinkStatus::Closed ? "connection closed by the peer while sending"
+                                               : "send failed: " + ls.link->errorText(),
+                completed);
+      return true;
+    }
+    progress = true;
+    if (!ls.tx.done()) continue;
+    const wire::MessageHeader h = ls.txNow.header;
+    P2PHandle op = ls.txNow.op;
+    ls.tx.reset();
+    ls.txNow = Tx{};
+    if (!op || op->state == P2POp::State::Done) continue;
+    const size_t payload = wire::carriesPayload(h.kind) ? h.length : 0;
+    addTraffic(*op, ls.peer, true, payload, wire::kHeaderSize + payload);
+    if (h.kind == MsgKind::Eager) {
+      op->result_.bytes = op->bytes;
+      finish(op, completed);
+    } else if (h.kind == MsgKind::Chunk && op->moved == op->bytes &&
+               std::find(ls.streams.begin(), ls.streams.end(), op) == ls.streams.end()) {
+      op->result_.bytes = op->bytes;
+      finish(op, completed);
+    }
+  }
+}
+
+// ---- failures ---------------------------------------------------------------------------
+
+ErrorInfo P2PEngine::errorFor(const P2POp& op, ErrorKind kind, std::string why) const {
+  ErrorInfo info;
+  info.kind = kind;
+  info.rank = cfg_.rank;
+  info.peer = op.peer;
+  info.collective = op.isSend ? "send" : "recv";
+  info.phase = op.isSend ? "to rank " + std::to_string(op.peer) + ", " + tagText(op.tag)
+                         : "from " + sourceText(op.peer) + ", " + tagText(op.tag);
+  info.bytesMoved = static_cast<int64_t>(op.moved);
+  info.bytesExpected = static_cast<int64_t>(op.isSend ? op.bytes : op.expect);
+  info.elapsedMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - op.posted)
+          .count();
+  info.timeoutMs = op.timeoutMs;
+  info.message = std::move(why);
+  if (auto it = links_.find(op.peer); it != links_.end() && it->second.link) {
+    info.peerAddress = it->second.link->address();
+  }
+  return info;
+}
+
+void P2PEngine::finish(const P2PHandle& op, std::vector<P2PHandle>& completed) {
+  if (op->state == P2POp::State::Done) return;
+  op->state = P2POp::State::Done;
+  auto it = std::find(all_.begin(), all_.end(), op);
+  if (it != all_.end()) all_.erase(it);
+  op->result_.stats.collective = op->isSend ? "send" : "recv";
+  op->result_.stats.algorithm = "p2p";
+  op->result_.stats.bytes = op->result_.bytes;
+  op->result_.stats.seconds =
+      std::chrono::duration<double>(Deadline::Clock::now() - op->posted).count();
+  completed.push_back(op);
+}
+
+void P2PEngine::fail(const P2PHandle& op, ErrorInfo info, std::vector<P2PHandle>& completed) {
+  if (op->state == P2POp::State::Done) return;
+  try {
+    throwError(std::move(info));
+  } catch (...) {
+    op->error_ = std::current_exception();
+  }
+  finish(op, completed);
+}
+
+bool P2PEngine::anyExpired() const {
+  const auto now = Deadline::Clock::now();
+  for (const P2PHandle& op : all_) {
+    if (!op->deadline.isNever() && now >= op->deadline.at()) return true;
+  }
+  return false;
+}
+
+void P2PEngine::expire(const std::map<int, std::string>& health,
+                       std::vector<P2PHandle>& completed) {
+  const auto now = Deadline::Clock::now();
+  for (const P2PHandle& op : std::vector<P2PHandle>(all_)) {
+    if (op->deadline.isNever() || now < op->deadline.at()) continue;
+    if (op->state == P2POp::State::Done) continue;
+    LinkState* ls = stateFor(op->peer);
+    std::string why;
+    auto known = health.find(op->peer);
+    const std::string tail =
+        known == health.end() || known->second.empty() ? "" : " (" + known->second + ")";
+    if (op->isSend) {
+      if (auto u = unconnected_.find(op->peer); u != unconnected_.end()) eraseFrom(u->second, op);
+      if (ls) {
+        eraseFrom(ls->sends, op);
+        eraseFrom(ls->streams, op);
+        if (ls->txNow.op == op && !ls->tx.idle()) {
+          // Half a frame is on the wire: the connection cannot carry anything else.
+          fail(op,
+               errorFor(*op, ErrorKind::Timeout,
+                        "rank " + std::to_string(op->peer) +
+                            " stopped reading before the deadline" + tail),
+               completed);
+          closeLink(*ls, ErrorKind::PeerClosed,
+                    "the connection was closed after a send to the peer timed out", completed);
+          continue;
+        }
+      }
+      if (awaitingCts_.erase(op->id) && ls) {
+        Tx t;
+        t.header.kind = MsgKind::Cancel;
+        t.header.step = op->id;
+        ls->control.push_back(t);
+        why = "rank " + std::to_string(op->peer) + " did not post a matching receive (" +
+              tagText(op->tag) + ", " + std::to_string(op->bytes) + " bytes) before the deadline";
+      } else if (op->state == P2POp::State::Queued && !ls) {
+        why = "rank " + std::to_string(op->peer) + " never connected for point-to-point";
+      } else {
+        why = "the message to rank " + std::to_string(op->peer) + " (" + tagText(op->tag) +
+              ") did not leave before the deadline";
+      }
+    } else {
+      eraseFrom(recvs_, op);
+      streamingRecvs_.erase(op->id);
+      for (const auto& u : unexpected_) {
+        if (u->boundRecv == op) u->boundRecv.reset();
+      }
+      for (auto& [peer, l] : links_) {
+        if (l.rxOp == op) {
+          l.discard.resize(l.rx.header().length);
+          l.rx.setTarget(l.discard.data());
+          l.rxOp.reset();
+        }
+      }
+      if (op->state == P2POp::State::Queued) {
+        why = "no message from " + sourceText(op->peer) + " with " + tagText(op->tag) +
+              " arrived before the deadline";
+      } else {
+        why = "the message from rank " + std::to_string(op->result_.source) +
+              " did not finish arriving before the deadline";
+      }
+    }
+    fail(op, errorFor(*op, ErrorKind::Timeout, why + tail), completed);
+  }
+}
+
+// Ends a link: every operation that needs it fails; complete unexpected messages from
+// it stay receivable.
+void P2PEngine::closeLink(LinkState& ls, ErrorKind kind, const std::string& why,
+                          std::vector<P2PHandle>& completed) {
+  if (ls.closed) return;
+  ls.closed = true;
+  ls.closedKind = kind;
+  ls.closedWhy = why;
+  if (ls.link->open()) ls.link->shutdownWrite();
+  const int peer = ls.peer;
+  auto failOp = [&](const P2PHandle& op) {
+    ErrorInfo info = errorFor(*op, kind, why);
+    info.peer = peer;
+    fail(op, std::move(info), completed);
+  };
+  for (const P2PHandle& op : std::deque<P2PHandle>(ls.sends)) failOp(op);
+  for (const P2PHandle& op : std::deque<P2PHandle>(ls.streams)) failOp(op);
+  ls.sends.clear();
+  ls.streams.clear();
+  if (ls.txNow.op) failOp(ls.txNow.op);
+  for (auto it = awaitingCts_.begin(); it != awaitingCts_.end();) {
+    if (it->second->peer == peer) {
+      failOp(it->second);
+      it = awaitingCts_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = streamingRecvs_.begin(); it != streamingRecvs_.end();) {
+    if (it->second->result_.source == peer) {
+      failOp(it->second);
+      it = streamingRecvs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (ls.rxOp) failOp(ls.rxOp);
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if ((*it)->peer == peer && (!(*it)->complete || (*it)->rendezvous)) {
+      if ((*it)->boundRecv) failOp((*it)->boundRecv);
+      if (!(*it)->rendezvous) unexpectedBytes_ -= (*it)->data.size();
+      it = unexpected_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const P2PHandle& op : std::deque<P2PHandle>(recvs_)) {
+    if (op->peer == peer) {
+      eraseFrom(recvs_, op);
+      failOp(op);
+    }
+  }
+}
+
+void P2PEngine::abort(const ErrorInfo& cause) {
+  std::vector<P2PHandle> completed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) return;
+    aborted_ = cause;
+    const std::string why = "the communicator was aborted: " + cause.message;
+    for (auto& [peer, ls] : links_) {
+      if (ls.closed) continue;
+      if (!ls.link->txPartial && ls.tx.idle()) {
+        wire::MessageHeader ah;
+        ah.kind = MsgKind::Abort;
+        ah.fingerprint =
+            cause.culprit >= 0 ? static_cast<uint32_t>(cause.culprit) : wire::kNoCulprit;
+        ah.step = static_cast<uint32_t>(cause.kind);
+        TxFrame f;
+        f.start(ah, nullptr);
+        (void)f.pump(*ls.link);  // 24 bytes into an idle socket: all or nothing in practice
+      }
+      closeLink(ls, ErrorKind::Aborted, why, completed);
+    }
+    for (const P2PHandle& op : std::vector<P2PHandle>(all_)) {
+      fail(op, errorFor(*op, ErrorKind::Aborted, why), completed);
+    }
+    unconnected_.clear();
+    recvs_.clear();
+    awaitingCts_.clear();
+    streamingRecvs_.clear();
+  }
+  runCompletions(completed);
+  cv_.notify_all();
+  kick();
+}
+
+}  // namespace tccl

@@ -1,0 +1,256 @@
+// The point-to-point engine: MPI's matching over the p2p links (docs/protocol.md,
+// "Point to point").
+//
+// Matching. A receive names a source (or kAnySource) and a tag (or kAnyTag). An
+// arriving message envelope (Eager or Rts) matches the earliest posted receive that
+// accepts its source and tag; a posted receive matches the earliest arrived, unmatched
+// envelope it accepts (an "unexpected" queue in arrival order). Envelopes leave a
+// sender in posting order on one connection per pair, so messages between one pair
+// with one tag are non-overtaking; other tags match independently.
+//
+// Protocol. A message of at most eagerBytes goes eagerly (Eager: header and payload)
+// when the receiver's pool has room for it (credits, below); else by rendezvous: Rts
+// (header only), the receiver answers Cts once the receive is posted, and the payload
+// follows in Chunks of chunkBytes, straight into the receive's buffer. So a large
+// message that arrives before its receive is posted costs 24 bytes of memory, and the
+// unexpected eager bytes from one peer never exceed poolBytes: the sender spends
+// credit for each eager message and the receiver gives it back (Credit) as it
+// consumes them; out of credit, the sender uses rendezvous, so it never waits for one.
+//
+// Progress. Every link is always read (a receiver never stops reading a p2p link:
+// eager data has room by credit, the rest is headers or lands in posted buffers), so no
+// pattern of posted sends and receives can deadlock on socket buffers. Sends interleave
+// control messages (Cts, Credit, Cancel) and envelopes between a large message's
+// chunks. Whoever waits drives: a thread in wait() does the I/O itself (the lowest
+// latency: no hand-off), and a progress thread drives only while operations are
+// pending and no caller is waiting, so posted operations progress while the caller
+// computes or runs a collective.
+//
+// Completion. A send completes once its last byte is handed to the socket (as
+// MPI_Send and Gloo's send: an eager send may complete before the receiver posted its
+// receive). A receive completes once its payload is in, with the source and tag. A
+// deadline passed fails the operation with a TimeoutError naming the peer and tag.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tccl/error.hpp"
+#include "tccl/stats.hpp"
+#include "tccl/types.hpp"
+#include "transport/link.hpp"
+
+namespace tccl {
+
+struct P2PConfig {
+  int rank = 0;
+  int worldSize = 1;
+  size_t eagerBytes = 64 * 1024;  // TCCL_P2P_EAGER_BYTES
+  size_t poolBytes = 256 * 1024;  // TCCL_P2P_POOL_BYTES: eager bytes in flight per peer
+  size_t chunkBytes = 1 << 20;    // rendezvous chunk
+  int spinMicros = 50;            // busy-poll before sleeping (as the executor)
+};
+
+// Where the engine gets its links (the transport's p2p lane, or in-memory links).
+class P2PLinkSource {
+ public:
+  virtual ~P2PLinkSource() = default;
+  // The p2p link to `peer` once it is up, else nullptr (connecting is then under way).
+  // Never blocks. Throws tccl::Error when the peer cannot be reached.
+  virtual Link* link(int peer) = 0;
+  // Advances connections in progress (accepting, handshakes); never blocks.
+  virtual void service() = 0;
+  // Every p2p link that is up.
+  virtual std::vector<Link*> links() = 0;
+  // Readable when service() has something to do (-1: never).
+  virtual int serviceFd() = 0;
+  // What is known of the peer's health, for a timeout's message ("its heartbeat is
+  // alive, last beat 20 ms ago"); may be empty.
+  virtual std::string describePeer(int peer) = 0;
+};
+
+// The outcome of one operation.
+struct P2PResult {
+  int source = -1;   // receive: who sent it
+  int tag = -1;      // receive: its tag
+  size_t bytes = 0;  // bytes sent or received
+  CallStats stats;   // this operation's own counters (payload, wire, messages)
+};
+
+struct P2POp;
+using P2PHandle = std::shared_ptr<P2POp>;
+// Called exactly once, on the completing thread, outside the engine's lock.
+using P2PCompletion = std::function<void(const P2PResult&, std::exception_ptr)>;
+
+// One posted send or receive (opaque to callers but for the accessors).
+struct P2POp {
+  bool isSend = false;
+  int peer = -1;  // send: the destination; receive: the source or kAnySource
+  int tag = 0;    // send: the tag; receive: the tag or kAnyTag
+  uint8_t* buf = nullptr;
+  size_t bytes = 0;  // send: message size; receive: capacity
+  Deadline deadline = Deadline::never();
+  int64_t timeoutMs = -1;
+  P2PCompletion onDone;
+  Deadline::Clock::time_point posted{};
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  const P2PResult& result() const { return result_; }
+  std::exception_ptr error() const { return error_; }
+
+  // ---- the engine's ----
+  enum class State : uint8_t {
+    Created,
+    Queued,     // send: waiting for its link or its turn on it; receive: posted
+    Envelope,   // send: its Eager or Rts is on the link's queue
+    AwaitCts,   // send: Rts sent
+    Streaming,  // send: chunks on the queue; receive: matched to an Rts, chunks arriving
+    Landing,    // receive: matched to an Eager whose payload is arriving
+    Done,
+  };
+  State state = State::Created;
+  uint32_t id = 0;        // send id (envelopes) or receive id (Cts / chunks)
+  uint32_t remoteId = 0;  // send: the receiver's receive id (from Cts)
+  size_t moved = 0;       // payload bytes moved so far
+  size_t expect = 0;      // receive: the matched message's size
+  bool cancelOwed = false;
+  std::atomic<bool> done_{false};
+  P2PResult result_;
+  std::exception_ptr error_;
+};
+
+class P2PEngine {
+ public:
+  P2PEngine(P2PConfig config, P2PLinkSource& links);
+  ~P2PEngine();  // fails what is pending with Aborted and stops the progress thread
+  P2PEngine(const P2PEngine&) = delete;
+  P2PEngine& operator=(const P2PEngine&) = delete;
+
+  static P2PHandle makeSend(const void* buf, size_t bytes, int peer, int tag, Deadline deadline,
+                            int64_t timeoutMs, P2PCompletion onDone = {});
+  static P2PHandle makeRecv(void* buf, size_t capacity, int source, int tag, Deadline deadline,
+                            int64_t timeoutMs, P2PCompletion onDone = {});
+  // Posts operations as one: none progresses before all are posted (a group).
+  void post(const std::vector<P2PHandle>& ops);
+  void post(const P2PHandle& op) { post(std::vector<P2PHandle>{op}); }
+  // Drives progress until `op` completes; rethrows its error.
+  void wait(const P2PHandle& op);
+  // Drives progress until every op completes; rethrows the first error.
+  void waitAll(const std::vector<P2PHandle>& ops);
+  // Fails every pending and later operation with Aborted (quoting cause), tells the
+  // connected peers (an Abort on each p2p link) and ends the links. Idempotent.
+  void abort(const ErrorInfo& cause);
+  // Operations posted and not completed.
+  size_t pending() const;
+  // The most eager payload bytes held at once for messages that arrived before their
+  // receive (bounded by poolBytes per peer), and the most held now.
+  size_t unexpectedBytesPeak() const;
+
+ private:
+  struct Unexpected {
+    int peer = -1;
+    int tag = 0;
+    uint32_t sendId = 0;
+    size_t bytes = 0;
+    bool rendezvous = false;
+    bool complete = false;      // eager: the payload is all in
+    bool dropped = false;       // consumed by a receive that failed (truncation)
+    std::vector<uint8_t> data;  // eager payload
+    P2PHandle boundRecv;        // a receive matched while the payload arrives
+  };
+  struct Tx {  // one frame to send
+    wire::MessageHeader header;
+    const uint8_t* payload = nullptr;
+    P2PHandle op;  // the operation the frame belongs to (null: control)
+  };
+  struct LinkState {
+    Link* link = nullptr;
+    int peer = -1;
+    bool closed = false;                           // end of file or error: nothing more from it
+    ErrorKind closedKind = ErrorKind::PeerClosed;  // why, for operations posted later
+    std::string closedWhy;
+    // Transmit side.
+    TxFrame tx;
+    Tx txNow;
+    std::deque<Tx> control;         // Cts, Credit, Cancel
+    std::deque<P2PHandle> sends;    // envelopes to send, in posting order
+    std::deque<P2PHandle> streams;  // sends cleared to stream, in Cts order
+    bool wantWrite = false;
+    // Receive side.
+    RxFrame rx;
+    bool rxTargetSet = false;
+    P2PHandle rxOp;  // the receive the payload lands in
+    std::shared_ptr<Unexpected> rxUnexpected;
+    std::vector<uint8_t> discard;  // payload nobody wants (truncated, cancelled)
+    // Eager credit: what this rank may still send eagerly / owes back.
+    size_t credit = 0;
+    size_t owed = 0;
+  };
+
+  // Everything below is guarded by mu_.
+  void postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed);
+  bool drive(const std::function<bool()>& until, bool yieldToCallers);
+  bool pumpAll(std::vector<P2PHandle>& completed);
+  bool pumpTx(LinkState& ls, std::vector<P2PHandle>& completed);
+  bool pumpRx(LinkState& ls, std::vector<P2PHandle>& completed);
+  bool nextTx(LinkState& ls);
+  void onHeader(LinkState& ls, std::vector<P2PHandle>& completed);
+  void onMessage(LinkState& ls, std::vector<P2PHandle>& completed);
+  void matchEnvelope(LinkState& ls, const wire::MessageHeader& h,
+                     std::vector<P2PHandle>& completed);
+  bool matchUnexpected(const P2PHandle& recv, std::vector<P2PHandle>& completed);
+  void startStreaming(LinkState& ls, const P2PHandle& recv, int peer, uint32_t sendId,
+                      size_t bytes);
+  LinkState* stateFor(int peer);
+  void adoptLinks(std::vector<P2PHandle>& completed);
+  void giveCredit(LinkState& ls, size_t bytes);
+  bool anyExpired() const;
+  // Fails the operations whose deadline passed; health: what is known of each peer.
+  void expire(const std::map<int, std::string>& health, std::vector<P2PHandle>& completed);
+  void closeLink(LinkState& ls, ErrorKind kind, const std::string& why,
+                 std::vector<P2PHandle>& completed);
+  void finish(const P2PHandle& op, std::vector<P2PHandle>& completed);
+  void fail(const P2PHandle& op, ErrorInfo info, std::vector<P2PHandle>& completed);
+  ErrorInfo errorFor(const P2POp& op, ErrorKind kind, std::string why) const;
+  void runCompletions(std::vector<P2PHandle>& completed);
+  void progressLoop();
+  void ensureProgressThread();
+  void kick();
+  Deadline earliestDeadline() const;
+  bool hasWork() const;
+
+  P2PConfig cfg_;
+  P2PLinkSource& source_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool driving_ = false;
+  int callersWaiting_ = 0;
+  bool stop_ = false;
+  std::optional<ErrorInfo> aborted_;
+  uint32_t nextId_ = 1;
+  std::map<int, LinkState> links_;                      // by peer, once the link is up
+  std::map<int, std::deque<P2PHandle>> unconnected_;    // sends waiting for their link
+  std::deque<P2PHandle> recvs_;                         // posted, unmatched receives, in order
+  std::deque<std::shared_ptr<Unexpected>> unexpected_;  // in arrival order
+  std::map<uint32_t, P2PHandle> awaitingCts_;           // by send id
+  std::map<uint32_t, P2PHandle> streamingRecvs_;        // by receive id
+  std::vector<P2PHandle> all_;                          // pending, for deadlines and abort
+  size_t unexpectedBytes_ = 0;
+  size_t unexpectedPeak_ = 0;
+  int wakeFd_ = -1;
+  std::thread progress_;
+};
+
+}  // namespace tccl

@@ -1,0 +1,197 @@
+#include "transport/link.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "net/socket.hpp"
+#include "tccl/error.hpp"
+
+namespace tccl {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Counts n bytes moved at position `before` of a message: the part beyond the header is
+// payload.
+void countSent(LinkCounters& c, size_t before, size_t n) {
+  const size_t hdr = before < wire::kHeaderSize ? std::min(n, wire::kHeaderSize - before) : 0;
+  c.wireSent.fetch_add(n, kRelaxed);
+  c.payloadSent.fetch_add(n - hdr, kRelaxed);
+}
+
+void countRecv(LinkCounters& c, size_t before, size_t n) {
+  const size_t hdr = before < wire::kHeaderSize ? std::min(n, wire::kHeaderSize - before) : 0;
+  c.wireRecv.fetch_add(n, kRelaxed);
+  c.payloadRecv.fetch_add(n - hdr, kRelaxed);
+}
+
+}  // namespace
+
+PeerCounters LinkCounters::snapshot() const {
+  PeerCounters c;
+  c.payloadSent = payloadSent.load(kRelaxed);
+  c.payloadRecv = payloadRecv.load(kRelaxed);
+  c.wireSent = wireSent.load(kRelaxed);
+  c.wireRecv = wireRecv.load(kRelaxed);
+  c.messagesSent = messagesSent.load(kRelaxed);
+  c.messagesRecv = messagesRecv.load(kRelaxed);
+  return c;
+}
+
+void LinkCounters::reset() {
+  payloadSent.store(0, kRelaxed);
+  payloadRecv.store(0, kRelaxed);
+  wireSent.store(0, kRelaxed);
+  wireRecv.store(0, kRelaxed);
+  messagesSent.store(0, kRelaxed);
+  messagesRecv.store(0, kRelaxed);
+}
+
+void LinkCounters::add(const PeerCounters& c) {
+  payloadSent.fetch_add(c.payloadSent, kRelaxed);
+  payloadRecv.fetch_add(c.payloadRecv, kRelaxed);
+  wireSent.fetch_add(c.wireSent, kRelaxed);
+  wireRecv.fetch_add(c.wireRecv, kRelaxed);
+  messagesSent.fetch_add(c.messagesSent, kRelaxed);
+  messagesRecv.fetch_add(c.messagesRecv, kRelaxed);
+}
+
+// ---- TxFrame ----------------------------------------------------------------------------
+
+void TxFrame::start(const wire::MessageHeader& h, const uint8_t* payload) {
+  header_ = h;
+  wire::encodeHeader(h, bytes_);
+  payload_ = payload;
+  sent_ = 0;
+  total_ = wire::kHeaderSize + (wire::carriesPayload(h.kind) ? static_cast<size_t>(h.length) : 0);
+  active_ = true;
+}
+
+LinkIo TxFrame::pump(Link& link) {
+  if (!active_ || sent_ == total_) return {LinkStatus::Progress, 0};
+  const size_t payloadLen = total_ - wire::kHeaderSize;
+  iovec iov[2];
+  int iovcnt = 0;
+  if (sent_ < wire::kHeaderSize) {
+    iov[iovcnt++] = {bytes_ + sent_, wire::kHeaderSize - sent_};
+    if (payloadLen > 0) iov[iovcnt++] = {const_cast<uint8_t*>(payload_), payloadLen};
+  } else {
+    const size_t off = sent_ - wire::kHeaderSize;
+    iov[iovcnt++] = {const_cast<uint8_t*>(payload_) + off, payloadLen - off};
+  }
+  const LinkIo io = link.writev(iov, iovcnt);
+  if (io.status != LinkStatus::Progress) return io;
+  countSent(link.counters(), sent_, io.bytes);
+  sent_ += io.bytes;
+  link.txPartial = true;
+  if (sent_ == total_) {
+    link.counters().messagesSent.fetch_add(1, kRelaxed);
+    link.txPartial = false;
+  }
+  return io;
+}
+
+// ---- RxFrame ----------------------------------------------------------------------------
+
+size_t RxFrame::payloadLength() const {
+  if (!headerReady() || status_ != wire::DecodeStatus::Ok) return 0;
+  return wire::carriesPayload(header_.kind) ? static_cast<size_t>(header_.length) : 0;
+}
+
+bool RxFrame::done() const {
+  return headerReady() && status_ == wire::DecodeStatus::Ok &&
+         got_ >= wire::kHeaderSize + payloadLength();
+}
+
+void RxFrame::finishIfDone(Link& link) {
+  if (counted_ || !done()) return;
+  link.counters().messagesRecv.fetch_add(1, kRelaxed);
+  counted_ = true;
+}
+
+LinkIo RxFrame::pumpHeader(Link& link) {
+  if (headerReady()) return {LinkStatus::Progress, 0};
+  iovec iov[2];
+  int iovcnt = 0;
+  iov[iovcnt++] = {bytes_ + got_, wire::kHeaderSize - got_};
+  if (expectLength_ > 0) iov[iovcnt++] = {expectTarget_, expectLength_};
+  const LinkIo io = link.readv(iov, iovcnt);
+  if (io.status != LinkStatus::Progress) return io;
+  countRecv(link.counters(), got_, io.bytes);
+  got_ += io.bytes;
+  if (headerReady()) {
+    status_ = wire::decodeHeader(bytes_, &header_);
+    if (target_ == nullptr) target_ = expectTarget_;
+    finishIfDone(link);
+  }
+  return io;
+}
+
+LinkIo RxFrame::pumpPayload(Link& link) {
+  if (!headerReady() || status_ != wire::DecodeStatus::Ok) return {LinkStatus::Error, 0};
+  const size_t len = payloadLength();
+  const size_t have = payloadGot();
+  if (have >= len) {
+    finishIfDone(link);
+    return {LinkStatus::Progress, 0};
+  }
+  iovec iov = {target_ + have, len - have};
+  const LinkIo io = link.readv(&iov, 1);
+  if (io.status != LinkStatus::Progress) return io;
+  countRecv(link.counters(), got_, io.bytes);
+  got_ += io.bytes;
+  finishIfDone(link);
+  return io;
+}
+
+void RxFrame::reset() {
+  header_ = wire::MessageHeader{};
+  status_ = wire::DecodeStatus::Ok;
+  target_ = nullptr;
+  expectTarget_ = nullptr;
+  expectLength_ = 0;
+  got_ = 0;
+  counted_ = false;
+}
+
+// ---- waiting ----------------------------------------------------------------------------
+
+bool LinkWait::stirred() const { return (revents & (POLLIN | POLLHUP | POLLERR)) != 0; }
+
+bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken) {
+  return waitLinks(links, std::vector<int>{wakeFd}, deadline, woken);
+}
+
+bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
+               bool* woken) {
+  std::vector<pollfd> fds;
+  fds.reserve(links.size() + wakeFds.size());
+  for (LinkWait& w : links) {
+    w.revents = 0;
+    fds.push_back({w.link->pollFd(), w.link->pollEvents(w.read, w.write), 0});
+  }
+  for (int fd : wakeFds) {
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
+  if (woken) *woken = false;
+  int n = 0;
+  for (;;) {
+    n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throwError(ErrorKind::System, net::errnoString(errno));
+    break;
+  }
+  if (n == 0) return !deadline.expired();
+  for (size_t i = 0; i < links.size(); ++i) {
+    links[i].revents = fds[i].revents;
+    if (fds[i].revents != 0) links[i].link->afterWake();
+  }
+  if (woken) {
+    for (size_t i = links.size(); i < fds.size(); ++i) *woken |= fds[i].revents != 0;
+  }
+  return true;
+}
+
+}  // namespace tccl

@@ -1,0 +1,195 @@
+// The transport's service thread and the p2p lane's dials (transport.hpp says why).
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "base/log.hpp"
+#include "tccl/error.hpp"
+#include "transport/transport.hpp"
+#include "transport/transport_detail.hpp"
+
+namespace tccl {
+
+using namespace transport_detail;
+
+void Transport::signalLinkEvent() {
+  const uint64_t one = 1;
+  const ssize_t r = ::write(linkEvent_.get(), &one, sizeof one);
+  (void)r;
+}
+
+std::vector<Link*> Transport::links(Lane lane) const {
+  std::vector<Link*> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& [key, l] : links_) {
+    if (key.second == lane) out.push_back(l.get());
+  }
+  return out;
+}
+
+bool Transport::p2pUnderWay(int peer) const {
+  if (dialling_.count(peer)) return true;
+  for (const auto& q : pending_) {
+    if (q->peer == peer && q->lane == Lane::P2P) return true;  // ours, or theirs identified
+  }
+  return false;
+}
+
+Link* Transport::tryLink(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = links_.find({peer, Lane::P2P}); it != links_.end()) return it->second.get();
+  if (auto e = dialErrors_.find(peer); e != dialErrors_.end()) {
+    ErrorInfo info = e->second;
+    dialErrors_.erase(e);
+    throwError(std::move(info));
+  }
+  if (peer < 0 || peer >= cfg_.worldSize || peer == cfg_.rank) {
+    throwError(ErrorKind::InvalidArgument, "no rank " + std::to_string(peer) + " to connect to",
+               cfg_.rank, peer);
+  }
+  if (p2pUnderWay(peer) || stopping_.load()) return nullptr;
+  dialling_.insert(peer);
+  dialers_.emplace_back([this, peer] { dialP2P(peer); });
+  return nullptr;
+}
+
+void Transport::dialP2P(int peer) {
+  const Deadline deadline = Deadline::after(cfg_.dialTimeout);
+  auto fail = [&](ErrorInfo info) {
+    info.rank = cfg_.rank;
+    info.peer = peer;
+    if (info.phase.empty()) info.phase = "connect (p2p lane)";
+    std::lock_guard<std::mutex> lk(mu_);
+    dialling_.erase(peer);
+    dialErrors_[peer] = std::move(info);
+    signalLinkEvent();
+  };
+  try {
+    const std::string key = addrKey(peer);
+    for (auto pause = std::chrono::milliseconds(1); !store_->check({key});
+         pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+      if (stopping_.load() || deadline.expired()) {
+        ErrorInfo info;
+        info.kind = ErrorKind::Timeout;
+        info.timeoutMs = cfg_.dialTimeout.count();
+        info.message = "rank " + std::to_string(peer) +
+                       " never published its address (missing store key " + key + ")";
+        fail(std::move(info));
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+    }
+    const std::string addr = publishedAddress(peer);
+    auto [host, port] = net::splitHostPort(addr);
+    auto pend = std::make_unique<Pending>();
+    // The address was published after listen(): a refusal means the peer is gone.
+    pend->fd = net::connectWithRetry(host, port, deadline, /*retryRefused=*/false);
+    pend->address = addr;
+    pend->outgoing = true;
+    pend->peer = peer;
+    pend->lane = Lane::P2P;
+    pend->stage = Stage::AwaitReply;
+    pend->since = Deadline::Clock::now();
+    wire::Hello h = myHello(wire::HelloKind::Hello, peer, Lane::P2P);
+    if (cfg_.authKey) {
+      pend->transcript.protocol = auth::Protocol::Transport;
+      pend->transcript.jobId = cfg_.jobId;
+      pend->transcript.commId = cfg_.commId;
+      pend->transcript.dialler = cfg_.rank;
+      pend->transcript.acceptor = peer;
+      pend->transcript.worldSize = cfg_.worldSize;
+      pend->transcript.diallerNonce = auth::randomNonce();
+      h.nonce = pend->transcript.diallerNonce;
+    }
+    uint8_t out[wire::kHelloSize];
+    wire::encodeHello(h, out);
+    if (net::sendAll(pend->fd.get(), out, sizeof out, deadline) != net::IoStatus::Ok) {
+      throwError(ErrorKind::PeerClosed, "could not send the handshake to " + addr, cfg_.rank, peer);
+    }
+    pend->bytesSent += sizeof out;
+    std::lock_guard<std::mutex> lk(mu_);
+    dialling_.erase(peer);
+    pending_.push_back(std::move(pend));
+    const uint64_t one = 1;
+    const ssize_t r = ::write(serviceWake_.get(), &one, sizeof one);
+    (void)r;
+  } catch (const Error& e) {
+    fail(e.info());
+  }
+}
+
+void Transport::acceptAll() {
+  for (;;) {
+    net::SockAddr from;
+    net::Fd fd = net::acceptNonBlocking(listener_.get(), &from);
+    if (!fd.valid()) break;
+    auto pend = std::make_unique<Pending>();
+    pend->fd = std::move(fd);
+    pend->address = from.toString();
+    pend->since = Deadline::Clock::now();
+    pending_.push_back(std::move(pend));
+  }
+}
+
+void Transport::serviceRound(std::vector<pollfd>& fds) {
+  const auto now = Deadline::Clock::now();
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = *pending_[i];
+    // Outgoing collective-lane handshakes belong to the thread in connect().
+    if (p.outgoing && p.lane != Lane::P2P) {
+      ++i;
+      continue;
+    }
+    bool done = false;
+    try {
+      done = service(p);
+    } catch (const Error& e) {
+      dialErrors_[p.peer] = e.info();
+      signalLinkEvent();
+      done = true;
+    }
+    if (!done && !p.outgoing && now - p.since > kStrangerGrace) {
+      TCCL_WARN("dropping a connection from " << p.address << " that sent no handshake in "
+                                              << kStrangerGrace.count() << " s");
+      done = true;
+    }
+    if (done) {
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  fds.clear();
+  fds.push_back({listener_.get(), POLLIN, 0});
+  fds.push_back({serviceWake_.get(), POLLIN, 0});
+  for (const auto& p : pending_) {
+    if (!p->outgoing || p->lane == Lane::P2P) fds.push_back({p->fd.get(), POLLIN, 0});
+  }
+}
+
+void Transport::serviceLoop() {
+  std::vector<pollfd> fds;
+  while (!stopping_.load()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      serviceRound(fds);
+    }
+    const int n = ::poll(fds.data(), fds.size(), 1000);  // 1 s: expire strangers
+    if (stopping_.load()) break;
+    if (n <= 0) continue;
+    if (fds[1].revents != 0) {
+      uint64_t v = 0;
+      const ssize_t r = ::read(serviceWake_.get(), &v, sizeof v);
+      (void)r;
+    }
+    if (fds[0].revents & POLLIN) {
+      std::lock_guard<std::mutex> lk(mu_);
+      acceptAll();
+      wakeOthers(-1);  // a thread in connect() may be waiting for this one
+    }
+  }
+}
+
+}  // namespace tccl

@@ -1,0 +1,123 @@
+// Point to point between real processes (tests/proc/p2p_worker.cpp): the grid of
+// docs/protocol.md's promises over worlds 2-8 and sizes from 0 B to 1 GiB. Every job
+// runs under a hard deadline after which its processes are SIGKILLed.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness.hpp"
+
+using namespace tccl;
+using namespace tccl::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+JobSpec p2pJob(int world, std::vector<std::string> args, std::chrono::seconds deadline = 120s) {
+  JobSpec spec;
+  spec.worker = TCCL_P2P_WORKER_PATH;
+  spec.world = world;
+  spec.args = std::move(args);
+  spec.deadline = deadline;
+  spec.extraEnv.push_back({"TCCL_TIMEOUT_MS", "60000"});
+  return spec;
+}
+
+void expectOk(const Job& job, int world) {
+  expectAllOk(job);
+  for (int r = 0; r < world; ++r) {
+    auto it = job.records.find(r);
+    ASSERT_TRUE(it != job.records.end()) << describe(job);
+    EXPECT_EQ(it->second.rfind("ok", 0), 0u) << describe(job);
+  }
+}
+
+struct Case {
+  int world;
+  const char* bytes;
+};
+
+class Exchange : public ::testing::TestWithParam<Case> {};
+
+// Everyone posts a send to the right and a receive from the left, then waits (the
+// pattern that hung at 64 MiB when sends waited for receives).
+TEST_P(Exchange, SendsFirstAndReceivesFirstBothComplete) {
+  const auto [n, bytes] = GetParam();
+  for (const char* scenario : {"exchange", "exchange-rev"}) {
+    Job job = runJob(p2pJob(n, {scenario, bytes}, 300s));
+    expectOk(job, n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Exchange,
+                         ::testing::Values(Case{2, "0"}, Case{2, "1"}, Case{2, "65536"},
+                                           Case{2, "67108864"}, Case{3, "1"}, Case{3, "65536"},
+                                           Case{4, "67108864"}, Case{5, "0"}, Case{8, "1"},
+                                           Case{8, "65536"}, Case{8, "67108864"}));
+
+// 1 GiB each way at world 2 (4 GiB of buffers on the machine).
+TEST(P2PProc, OneGibibyteExchange) {
+  Job job = runJob(p2pJob(2, {"exchange", "1073741824"}, 400s));
+  expectOk(job, 2);
+}
+
+TEST(P2PProc, BlockingSendCompletesOnceTheLateReceiveIsPosted) {
+  for (const char* bytes : {"100", "33554432"}) {
+    Job job = runJob(p2pJob(2, {"blocking-later", bytes}));
+    expectOk(job, 2);
+  }
+}
+
+TEST(P2PProc, OutOfOrderTagsAreDeliveredRight) {
+  Job job = runJob(p2pJob(2, {"tags"}));
+  expectOk(job, 2);
+}
+
+TEST(P2PProc, AnySourceReceivesNameTheSender) {
+  for (int n : {2, 4, 7}) {
+    for (const char* bytes : {"8", "1048576"}) {
+      Job job = runJob(p2pJob(n, {"anysource", bytes}));
+      expectOk(job, n);
+      EXPECT_NE(job.records[0].find("sources=" + std::to_string(n - 1)), std::string::npos)
+          << describe(job);
+    }
+  }
+}
+
+TEST(P2PProc, GroupRingOfBlockingCalls) {
+  for (int n : {2, 3, 6}) {
+    Job job = runJob(p2pJob(n, {"group", "4194304"}));
+    expectOk(job, n);
+  }
+}
+
+TEST(P2PProc, ManySmallMessagesInFlight) {
+  for (int n : {2, 5}) {
+    Job job = runJob(p2pJob(n, {"many", "2000"}));
+    expectOk(job, n);
+  }
+}
+
+TEST(P2PProc, PointToPointBesideCollectives) {
+  for (int n : {2, 4}) {
+    Job job = runJob(p2pJob(n, {"withcollective", "8388608"}));
+    expectOk(job, n);
+  }
+}
+
+TEST(P2PProc, SendNobodyReceivesFailsAtTheDeadlineNamingPeerAndTag) {
+  Job job = runJob(p2pJob(2, {"noreceiver", "1048576"}));
+  expectAllOk(job);
+  const std::string& rec = job.records[0];
+  Failure f = parseFailure(rec);
+  EXPECT_EQ(f.kind, "Timeout") << rec;
+  EXPECT_EQ(f.peer, 1) << rec;
+  EXPECT_GE(f.seconds, 0.9) << rec;
+  EXPECT_LT(f.seconds, 4.0) << rec;
+  EXPECT_NE(rec.find("tag_9"), std::string::npos) << rec;
+  // Its heartbeat is alive, and the error says so instead of blaming it.
+  EXPECT_NE(rec.find("alive"), std::string::npos) << rec;
+  EXPECT_EQ(rec.find("stopped"), std::string::npos) << rec;
+}
+
+}  // namespace
