@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <iostream>
 #include <sstream>
 #include <type_traits>
 
@@ -194,6 +195,14 @@ uint64_t parseSize(const std::string& s) {
   if (x > std::numeric_limits<uint64_t>::max() / mult)
     throw UsageError{"size " + quoted(s) + " does not fit in 64 bits"};
   return x * mult;
+}
+
+std::vector<uint64_t> parseSizeList(const std::string& list) {
+  std::vector<uint64_t> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(parseSize(item));
+  return out;
 }
 
 uint64_t Args::getSize(const std::string& name, uint64_t dflt) const {
@@ -680,6 +689,21 @@ void throwIfRanksRefused(const std::vector<proc::ChildResult>& children) {
   throw UsageError{"rank " + std::to_string(first) +
                    (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : "") +
                    " stopped on the error above (exit 2)"};
+}
+
+int exitStatusOf(const LocalRun& run, const std::string& tool) {
+  int rc = 0;
+  for (const auto& r : run.children) {
+    if (!r.ok()) {
+      std::cerr << "tccl " << tool << ": rank " << r.index << " " << r.describe() << "\n";
+      rc = r.exitCode > 0 ? r.exitCode : 1;
+    }
+  }
+  return rc;
+}
+
+bool rankFromEnvironment() {
+  return std::getenv("TCCL_RANK") != nullptr || std::getenv("RANK") != nullptr;
 }
 
 std::string encodeRecord(const std::map<std::string, std::string>& kv) {

@@ -68,6 +68,8 @@ std::vector<std::string> splitList(const std::string& option, const std::string&
 std::string quoted(const std::string& s);
 // s with control characters escaped (\x0a for a newline): one line, whatever it holds.
 std::string oneLine(const std::string& s);
+// A comma-separated list of sizes, each read by parseSize: "8,64K,4M".
+std::vector<uint64_t> parseSizeList(const std::string& list);
 std::string withCommas(uint64_t v);
 std::string formatBytes(double bytes);  // "64 MiB", "8 B", up to EiB
 
@@ -138,6 +140,14 @@ std::string pathArgument(const std::string& path);
 // own line), throws UsageError "rank 0 (and 3 more) ..." so that the parent exits 2 with
 // one line too, not with a report of what the ranks never measured.
 void throwIfRanksRefused(const std::vector<proc::ChildResult>& children);
+// 0 when every rank of the run succeeded. Otherwise each failed rank is named on stderr
+// ("tccl <tool>: rank R <how it ended>") and the result is the exit status of the last
+// one named (1 when it had none: killed by a signal).
+int exitStatusOf(const LocalRun& run, const std::string& tool);
+
+// Whether this process was started as one rank of a job by a launcher (TCCL_RANK or
+// RANK in the environment: tccl launch, torchrun) rather than by a user.
+bool rankFromEnvironment();
 
 // key=value records published through the store by workers.
 std::string encodeRecord(const std::map<std::string, std::string>& kv);

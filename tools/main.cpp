@@ -25,6 +25,10 @@ const char* kUsage =
     "          allgather|broadcast|reduce|alltoall|gather|scatter|sendrecv --dtype D --redop sum\n"
     "          --root R --algo ring|tree|hd|rd|naive|auto|all -n iters (adaptive) -w warmup (5)\n"
     "          --csv --json --plot F.svg|F.png --crossover --scaling 2,4,8,16 --no-check\n"
+    "  p2pbench  point to point between 2 ranks, osu_latency / osu_bw / osu_bibw style:\n"
+    "          --mode latency|latency_async|bw|bibw|all (all) --sizes 8,64K,4M,64M\n"
+    "          --iters N (by size) --warmup N (iters/10) --window W (64) --reps R (5)\n"
+    "          --json FILE --timeout-ms T (120000) --inject-error   (exit 1 on #wrong)\n"
     "  overlap a simulated training step: how much all-reduce time async and bucketed\n"
     "          communication hide behind the backward pass\n"
     "          --world N (4) --preset resnet50|gpt2-small | --file F --scale S (1, up to 1e6)\n"
@@ -76,6 +80,8 @@ int main(int argc, char** argv) {
     if (cmd == "_demo-worker") return tccl::cli::demoWorkerMain(argc, argv, 2);
     if (cmd == "bench") return tccl::cli::benchMain(argc, argv, 2);
     if (cmd == "_bench-worker") return tccl::cli::benchWorkerMain(argc, argv, 2);
+    if (cmd == "p2pbench") return tccl::cli::p2pbenchMain(argc, argv, 2);
+    if (cmd == "_p2pbench-worker") return tccl::cli::p2pbenchWorkerMain(argc, argv, 2);
     if (cmd == "overlap") return tccl::cli::overlapMain(argc, argv, 2);
     if (cmd == "tune") return tccl::cli::tuneMain(argc, argv, 2);
     if (cmd == "_tune-worker") return tccl::cli::tuneWorkerMain(argc, argv, 2);

@@ -6,6 +6,8 @@ int demoMain(int argc, char** argv, int first);
 int demoWorkerMain(int argc, char** argv, int first);
 int benchMain(int argc, char** argv, int first);
 int benchWorkerMain(int argc, char** argv, int first);
+int p2pbenchMain(int argc, char** argv, int first);
+int p2pbenchWorkerMain(int argc, char** argv, int first);
 int overlapMain(int argc, char** argv, int first);
 int overlapWorkerMain(int argc, char** argv, int first);
 int tuneMain(int argc, char** argv, int first);

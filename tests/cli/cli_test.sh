@@ -123,6 +123,23 @@ for bad in "--op allfoo" "--algo tree --op gather" "--op bcast --algo hd" "-f 1"
   check "bench $bad exits 2" test $rc -eq 2
 done
 
+out=$(run p2pbench --mode all --sizes 8,64K,1M --iters 20 --warmup 2 --timeout-ms 30000); rc=$?
+echo "$out"
+check "p2pbench --mode all exits 0" test $rc -eq 0
+check "p2pbench has osu-style columns" grep -qE "^# +size +mode +iters +warmup +reps +time\(us\) +GB/s +#wrong" <<<"$out"
+check "p2pbench: a row per mode and size, each with 20 iterations and nothing wrong" awk '
+  $1 ~ /^[0-9]+$/ { if ($3 != 20 || $4 != 2 || !($6 > 0) || $8 != 0) exit 1; seen[$2 " " $1] = 1 }
+  END { n = split("latency latency_async bw bibw", m, " ")
+        for (i = 1; i <= n; i++) if (!(seen[m[i] " 8"] && seen[m[i] " 65536"] && seen[m[i] " 1048576"])) exit 1 }' <<<"$out"
+check "p2pbench reports no wrong bytes" grep -q "^# #wrong total: 0 OK" <<<"$out"
+out=$(run p2pbench --mode latency,bw --sizes 8,4097 --iters 4 --warmup 1 --inject-error); rc=$?
+check "p2pbench --inject-error exits 1" test $rc -eq 1
+check "p2pbench --inject-error: #wrong names the byte" grep -q "^# #wrong: bw 4097 B: rank 1, byte 2048: expected" <<<"$out"
+for bad in "--mode pingpong" "--sizes 0" "--window 0" "--iters 0" "--bogus"; do
+  err=$(run p2pbench $bad 2>&1 >/dev/null); rc=$?
+  check "p2pbench $bad exits 2" test $rc -eq 2
+done
+
 out=$(run overlap --world 2 --preset resnet50 --scale 0.05 --steps 1 --caps 256K,4M --compute-ms 5 --json); rc=$?
 echo "$out"
 check "overlap exits 0" test $rc -eq 0
