@@ -12,8 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 
