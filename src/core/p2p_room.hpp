@@ -19,16 +19,21 @@ namespace tccl {
 class TransportP2PSource final : public P2PLinkSource {
  public:
   TransportP2PSource(Transport& t, std::function<std::string(int)> describePeer)
-      : transport_(t), describe_(std::move(describePeer)) {}
+      : transport_(t), describe_(std::move(describePeer)), events_(t.subscribeLinkEvents()) {}
+  ~TransportP2PSource() override { transport_.unsubscribeLinkEvents(events_); }
+  TransportP2PSource(const TransportP2PSource&) = delete;
+  TransportP2PSource& operator=(const TransportP2PSource&) = delete;
   Link* link(int peer) override { return transport_.tryLink(peer); }
   void service() override {}
   std::vector<Link*> links() override { return transport_.links(Lane::P2P); }
-  int serviceFd() override { return transport_.linkEventFd(); }
+  int serviceFd() override { return events_; }
+  uint64_t linksVersion() override { return transport_.linkEventCount(); }
   std::string describePeer(int peer) override { return describe_ ? describe_(peer) : ""; }
 
  private:
   Transport& transport_;
   std::function<std::string(int)> describe_;
+  int events_;  // our own link-event descriptor (the transport owns it)
 };
 
 class P2PRoom {

@@ -34,7 +34,8 @@ P2PEngine::~P2PEngine() {
       fail(op, errorFor(*op, ErrorKind::Aborted, cause.message), completed);
     }
   }
-  cv_.notify_all();
+  progressCv_.notify_all();
+  driverCv_.notify_all();
   kick();
   if (progress_.joinable()) progress_.join();
   runCompletions(completed);
@@ -74,9 +75,18 @@ size_t P2PEngine::pending() const {
 
 void P2PEngine::kick() {
   if (wakeFd_ < 0) return;
+  kicked_.store(true, std::memory_order_release);
   uint64_t one = 1;
   ssize_t n = ::write(wakeFd_, &one, sizeof one);
   (void)n;
+}
+
+void P2PEngine::wakeProgressLocked() {
+  if (progressIdle_ && !driving_ && callersWaiting_ == 0 && hasWork()) progressCv_.notify_one();
+}
+
+void P2PEngine::wakeDriverWaitersLocked() {
+  if (driverWaiters_ > 0) driverCv_.notify_all();
 }
 
 void P2PEngine::ensureProgressThread() {
@@ -94,17 +104,21 @@ void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
                              const std::vector<P2PHandle>& waitFor) {
   std::vector<P2PHandle> completed;
   const bool waits = !waitFor.empty();
+  bool kickDriver = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (waits) callersWaiting_++;
     for (const P2PHandle& op : ops) postLocked(op, completed);
     // What is not done at once progresses on the progress thread unless a caller waits.
     ensureProgressThread();
+    if (!waits) {
+      wakeProgressLocked();
+      kickDriver = driving_;  // a driver asleep in poll must see the new operations
+    }
   }
   runCompletions(completed);
   if (!waits) {
-    cv_.notify_all();
-    kick();
+    if (kickDriver) kick();
     return;
   }
   finishWait(waitFor);
@@ -147,11 +161,13 @@ void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& complete
 void P2PEngine::wait(const P2PHandle& op) { waitAll({op}); }
 
 void P2PEngine::waitAll(const std::vector<P2PHandle>& ops) {
+  bool kickDriver = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_++;
+    kickDriver = driving_;
   }
-  kick();  // a driving progress thread hands the driving over
+  if (kickDriver) kick();  // a driving progress thread hands the driving over
   finishWait(ops);
 }
 
@@ -166,13 +182,14 @@ void P2PEngine::finishWait(const std::vector<P2PHandle>& ops) {
   } catch (...) {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_--;
+    wakeProgressLocked();
     throw;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_--;
+    wakeProgressLocked();  // operations left pending go on without this caller
   }
-  cv_.notify_all();
   for (const P2PHandle& o : ops) {
     if (o->error()) std::rethrow_exception(o->error());
   }
@@ -181,7 +198,9 @@ void P2PEngine::finishWait(const std::vector<P2PHandle>& ops) {
 void P2PEngine::progressLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
-    cv_.wait(lk, [&] { return stop_ || (hasWork() && !driving_ && callersWaiting_ == 0); });
+    progressIdle_ = true;
+    progressCv_.wait(lk, [&] { return stop_ || (hasWork() && !driving_ && callersWaiting_ == 0); });
+    progressIdle_ = false;
     if (stop_) break;
     lk.unlock();
     drive([] { return false; }, true);
@@ -216,7 +235,9 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
     if (yieldToCallers && (stop_ || callersWaiting_ > 0 || driving_)) return false;
     if (driving_) {
       // Another thread drives; it completes our operations too and tells us.
-      cv_.wait_for(lk, std::chrono::milliseconds(5));
+      driverWaiters_++;
+      driverCv_.wait_for(lk, std::chrono::milliseconds(5));
+      driverWaiters_--;
       continue;
     }
     driving_ = true;
@@ -241,7 +262,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         lk.unlock();
         runCompletions(completed);
         lk.lock();
-        cv_.notify_all();
+        wakeDriverWaitersLocked();
         progress = true;
       }
       if (until()) break;
@@ -276,16 +297,24 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         if (soon.at() < until2.at()) until2 = soon;
       }
       lk.unlock();
-      waitLinks(waits, std::vector<int>{wakeFd_, serviceFd}, until2);
-      if (wakeFd_ >= 0) {
+      bool woken = false;
+      waitLinks(waits, std::vector<int>{wakeFd_, serviceFd}, until2, &woken);
+      if (woken) {
         uint64_t v;
-        ssize_t n = ::read(wakeFd_, &v, sizeof v);
-        (void)n;
+        if (wakeFd_ >= 0 && kicked_.exchange(false, std::memory_order_acq_rel)) {
+          ssize_t n = ::read(wakeFd_, &v, sizeof v);
+          (void)n;
+        }
+        if (serviceFd >= 0) {  // ours alone: drained here, looked at in the next round
+          ssize_t n = ::read(serviceFd, &v, sizeof v);
+          (void)n;
+        }
       }
       lk.lock();
     }
     driving_ = false;
-    cv_.notify_all();
+    wakeDriverWaitersLocked();
+    wakeProgressLocked();
     return until();
   }
 }
@@ -314,13 +343,19 @@ P2PEngine::LinkState* P2PEngine::stateFor(int peer) {
 
 void P2PEngine::adoptLinks(std::vector<P2PHandle>& completed) {
   source_.service();
-  for (Link* l : source_.links()) {
-    if (links_.count(l->peer())) continue;
-    LinkState& ls = links_[l->peer()];
-    ls.link = l;
-    ls.peer = l->peer();
-    ls.credit = cfg_.poolBytes;
+  // Listing the links takes the transport's lock and a vector: only when they changed.
+  const uint64_t version = source_.linksVersion();
+  if (version == 0 || version != linksSeen_) {
+    linksSeen_ = version;
+    for (Link* l : source_.links()) {
+      if (links_.count(l->peer())) continue;
+      LinkState& ls = links_[l->peer()];
+      ls.link = l;
+      ls.peer = l->peer();
+      ls.credit = cfg_.poolBytes;
+    }
   }
+  if (unconnected_.empty()) return;
   for (auto it = unconnected_.begin(); it != unconnected_.end();) {
     const int peer = it->first;
     Link* l = nullptr;
@@ -657,7 +692,11 @@ void P2PEngine::abort(const ErrorInfo& cause) {
     streamingRecvs_.clear();
   }
   runCompletions(completed);
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    wakeDriverWaitersLocked();
+  }
+  progressCv_.notify_all();
   kick();
 }
 

@@ -74,8 +74,12 @@ class P2PLinkSource {
   virtual void service() = 0;
   // Every p2p link that is up.
   virtual std::vector<Link*> links() = 0;
-  // Readable when service() has something to do (-1: never).
+  // Readable when service() has something to do or links() changed (-1: never); the
+  // engine drains it (it is the engine's own).
   virtual int serviceFd() = 0;
+  // Changes whenever links() may have changed; 0: unknown (the engine asks links() at
+  // every round).
+  virtual uint64_t linksVersion() { return 0; }
   // What is known of the peer's health, for a timeout's message ("its heartbeat is
   // alive, last beat 20 ms ago"); may be empty.
   virtual std::string describePeer(int peer) = 0;
@@ -232,15 +236,29 @@ class P2PEngine {
   void progressLoop();
   void ensureProgressThread();
   void kick();
+  // Wakes the progress thread if it sleeps and now has work nobody else does (mu_ held).
+  void wakeProgressLocked();
+  // Wakes callers waiting on another thread's driving, if any (mu_ held).
+  void wakeDriverWaitersLocked();
   Deadline earliestDeadline() const;
   bool hasWork() const;
 
   P2PConfig cfg_;
   P2PLinkSource& source_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // Two condition variables, so that a completion wakes only who needs it: the progress
+  // thread sleeps on progressCv_ (woken only when it has work and nobody else drives or
+  // waits), callers waiting for another thread's driving sleep on driverCv_ (woken on
+  // completions and when the driving ends). One shared variable woke the idle progress
+  // thread at every completion: two futex calls and a lock hand-off per message.
+  std::condition_variable progressCv_;
+  std::condition_variable driverCv_;
   bool driving_ = false;
+  bool progressIdle_ = false;  // the progress thread sleeps on progressCv_
+  int driverWaiters_ = 0;      // callers sleeping on driverCv_
   int callersWaiting_ = 0;
+  std::atomic<bool> kicked_{false};  // wakeFd_ was written and not yet drained
+  uint64_t linksSeen_ = 0;           // source_.linksVersion() when links() was last read
   bool stop_ = false;
   std::optional<ErrorInfo> aborted_;
   uint32_t nextId_ = 1;

@@ -25,8 +25,7 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
   net::SockAddr a = net::localAddress(listener_.get());
   listenAddr_ = net::joinHostPort(a.ip(), a.port());
   serviceWake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  linkEvent_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!serviceWake_.valid() || !linkEvent_.valid()) {
+  if (!serviceWake_.valid()) {
     throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
   }
   service_ = std::thread([this] { serviceLoop(); });

@@ -114,8 +114,14 @@ class Transport : public LinkProvider {
   Link* tryLink(int peer);
   // Every open link of `lane`.
   std::vector<Link*> links(Lane lane) const;
-  // Readable once a p2p link came up or a p2p dial failed (the reader drains it).
-  int linkEventFd() const { return linkEvent_.get(); }
+  // A descriptor of the caller's own (an eventfd the transport owns) that turns readable
+  // once a p2p link came up or a p2p dial failed; its reader drains it. One per reader,
+  // so that one reader draining it cannot hide the event from another.
+  int subscribeLinkEvents();
+  void unsubscribeLinkEvents(int fd);
+  // Counts the p2p links that came up and the dials that failed: a reader that saw the
+  // same value last time need not list the links again.
+  uint64_t linkEventCount() const { return linkEvents_.load(std::memory_order_acquire); }
   std::vector<int> connectedPeers() const override { return connectedPeers(Lane::Collective); }
 
  private:
@@ -206,7 +212,9 @@ class Transport : public LinkProvider {
   // The service thread and what it shares (under mu_ but for the descriptors).
   std::thread service_;
   net::Fd serviceWake_;
-  net::Fd linkEvent_;
+  std::mutex subscribersMu_;  // below mu_: signalLinkEvent runs under mu_
+  std::vector<net::Fd> linkSubscribers_;
+  std::atomic<uint64_t> linkEvents_{1};
   std::atomic<bool> stopping_{false};
   std::set<int> dialling_;               // p2p dials before their pending entry exists
   std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink

@@ -15,9 +15,32 @@ namespace tccl {
 using namespace transport_detail;
 
 void Transport::signalLinkEvent() {
+  linkEvents_.fetch_add(1, std::memory_order_acq_rel);
   const uint64_t one = 1;
-  const ssize_t r = ::write(linkEvent_.get(), &one, sizeof one);
-  (void)r;
+  std::lock_guard<std::mutex> lk(subscribersMu_);
+  for (const net::Fd& fd : linkSubscribers_) {
+    const ssize_t r = ::write(fd.get(), &one, sizeof one);
+    (void)r;
+  }
+}
+
+int Transport::subscribeLinkEvents() {
+  net::Fd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd.valid()) throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
+  const int raw = fd.get();
+  std::lock_guard<std::mutex> lk(subscribersMu_);
+  linkSubscribers_.push_back(std::move(fd));
+  return raw;
+}
+
+void Transport::unsubscribeLinkEvents(int fd) {
+  std::lock_guard<std::mutex> lk(subscribersMu_);
+  for (auto it = linkSubscribers_.begin(); it != linkSubscribers_.end(); ++it) {
+    if (it->get() == fd) {
+      linkSubscribers_.erase(it);
+      return;
+    }
+  }
 }
 
 std::vector<Link*> Transport::links(Lane lane) const {
