@@ -112,6 +112,13 @@ void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
     // What is not done at once progresses on the progress thread unless a caller waits.
     ensureProgressThread();
     if (!waits) {
+      // Nobody drives: move what can move now on this thread (an eager send leaves at
+      // once and completes), so that the progress thread is woken only for what is left.
+      if (!driving_ && callersWaiting_ == 0) {
+        driving_ = true;
+        pumpAll(completed);
+        driving_ = false;
+      }
       wakeProgressLocked();
       kickDriver = driving_;  // a driver asleep in poll must see the new operations
     }
@@ -234,7 +241,16 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
     if (until()) return true;
     if (yieldToCallers && (stop_ || callersWaiting_ > 0 || driving_)) return false;
     if (driving_) {
-      // Another thread drives; it completes our operations too and tells us.
+      // Another thread drives; it completes our operations too, or (the progress
+      // thread, seeing this caller) hands the driving over within a round. Yield for
+      // the spin time before sleeping: a hand-off by futex costs two context switches.
+      const auto spinUntil = Deadline::Clock::now() + std::chrono::microseconds(cfg_.spinMicros);
+      while (driving_ && !until() && Deadline::Clock::now() < spinUntil) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+      }
+      if (!driving_ || until()) continue;
       driverWaiters_++;
       driverCv_.wait_for(lk, std::chrono::milliseconds(5));
       driverWaiters_--;
@@ -273,12 +289,6 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         lastProgress = Deadline::Clock::now();
         continue;
       }
-      if (Deadline::Clock::now() - lastProgress < spin) {
-        lk.unlock();
-        sched_yield();
-        lk.lock();
-        continue;
-      }
       std::vector<LinkWait> waits;
       for (auto& [peer, ls] : links_) {
         if (ls.closed) continue;
@@ -296,9 +306,23 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         const Deadline soon = Deadline::after(std::chrono::milliseconds(2));
         if (soon.at() < until2.at()) until2 = soon;
       }
+      const std::vector<int> wakeFds{wakeFd_, serviceFd};
       lk.unlock();
       bool woken = false;
-      waitLinks(waits, std::vector<int>{wakeFd_, serviceFd}, until2, &woken);
+      if (Deadline::Clock::now() - lastProgress < spin) {
+        // Spin on poll(2) without a timeout, not on reads: a poll takes no socket lock,
+        // while a read attempt does, and a segment that arrives meanwhile then waits in
+        // the socket's backlog until the read lets go (perf showed lock_sock contention
+        // when spinning on readv). Give the core away between polls: with more ranks than
+        // cores the peer we wait for may need this very core.
+        const Deadline now = Deadline::after(std::chrono::milliseconds(0));
+        while (!waitLinks(waits, wakeFds, now, &woken) &&
+               Deadline::Clock::now() - lastProgress < spin) {
+          sched_yield();
+        }
+      } else {
+        waitLinks(waits, wakeFds, until2, &woken);
+      }
       if (woken) {
         uint64_t v;
         if (wakeFd_ >= 0 && kicked_.exchange(false, std::memory_order_acq_rel)) {
@@ -341,6 +365,10 @@ P2PEngine::LinkState* P2PEngine::stateFor(int peer) {
   return it == links_.end() ? nullptr : &it->second;
 }
 
+// What a p2p link's reads take beyond the frame at hand (RxFrame::enableReadAhead): a
+// small message in one readv, and a chunk's read brings the next header along.
+constexpr size_t kReadAheadBytes = 8192;
+
 void P2PEngine::adoptLinks(std::vector<P2PHandle>& completed) {
   source_.service();
   // Listing the links takes the transport's lock and a vector: only when they changed.
@@ -353,6 +381,7 @@ void P2PEngine::adoptLinks(std::vector<P2PHandle>& completed) {
       ls.link = l;
       ls.peer = l->peer();
       ls.credit = cfg_.poolBytes;
+      ls.rx.enableReadAhead(kReadAheadBytes);
     }
   }
   if (unconnected_.empty()) return;
@@ -389,6 +418,7 @@ void P2PEngine::adoptLinks(std::vector<P2PHandle>& completed) {
       ls.link = l;
       ls.peer = peer;
       ls.credit = cfg_.poolBytes;
+      ls.rx.enableReadAhead(kReadAheadBytes);
     }
     for (const P2PHandle& op : it->second) ls.sends.push_back(op);
     it = unconnected_.erase(it);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
@@ -111,13 +112,36 @@ void RxFrame::finishIfDone(Link& link) {
   counted_ = true;
 }
 
+LinkIo RxFrame::readInto(Link& link, uint8_t* dst, size_t want) {
+  if (staged() > 0) {
+    const size_t n = std::min(staged(), want);
+    std::memcpy(dst, stage_.data() + stagePos_, n);
+    stagePos_ += n;
+    if (stagePos_ == stageEnd_) stagePos_ = stageEnd_ = 0;
+    return {LinkStatus::Progress, n};
+  }
+  iovec iov[2] = {{dst, want}, {stage_.data(), stage_.size()}};
+  LinkIo io = link.readv(iov, stage_.empty() ? 1 : 2);
+  if (io.status == LinkStatus::Progress && io.bytes > want) {
+    stagePos_ = 0;
+    stageEnd_ = io.bytes - want;
+    io.bytes = want;
+  }
+  return io;
+}
+
 LinkIo RxFrame::pumpHeader(Link& link) {
   if (headerReady()) return {LinkStatus::Progress, 0};
-  iovec iov[2];
-  int iovcnt = 0;
-  iov[iovcnt++] = {bytes_ + got_, wire::kHeaderSize - got_};
-  if (expectLength_ > 0) iov[iovcnt++] = {expectTarget_, expectLength_};
-  const LinkIo io = link.readv(iov, iovcnt);
+  LinkIo io;
+  if (!stage_.empty()) {
+    io = readInto(link, bytes_ + got_, wire::kHeaderSize - got_);
+  } else {
+    iovec iov[2];
+    int iovcnt = 0;
+    iov[iovcnt++] = {bytes_ + got_, wire::kHeaderSize - got_};
+    if (expectLength_ > 0) iov[iovcnt++] = {expectTarget_, expectLength_};
+    io = link.readv(iov, iovcnt);
+  }
   if (io.status != LinkStatus::Progress) return io;
   countRecv(link.counters(), got_, io.bytes);
   got_ += io.bytes;
@@ -137,8 +161,7 @@ LinkIo RxFrame::pumpPayload(Link& link) {
     finishIfDone(link);
     return {LinkStatus::Progress, 0};
   }
-  iovec iov = {target_ + have, len - have};
-  const LinkIo io = link.readv(&iov, 1);
+  const LinkIo io = readInto(link, target_ + have, len - have);
   if (io.status != LinkStatus::Progress) return io;
   countRecv(link.counters(), got_, io.bytes);
   got_ += io.bytes;

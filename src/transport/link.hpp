@@ -158,6 +158,17 @@ class RxFrame {
   }
   void setTarget(uint8_t* target) { target_ = target; }
   LinkIo pumpPayload(Link& link);
+  // Read-ahead (the p2p engine's; the collectives read exactly what their schedule
+  // expects): every read also takes up to `bytes` beyond what this frame needs into a
+  // stage, and later frames are served from the stage before the socket, so a small
+  // message costs one readv instead of two (header, then payload) and a chunk's read
+  // brings the next header with it. Bytes are counted when a frame takes them from the
+  // stage, so counters attribute them to the message they belong to. While bytes are
+  // staged the link's descriptor may poll idle: pump until Blocked before waiting (a
+  // pump returns Blocked only with the stage empty). Not with expect().
+  void enableReadAhead(size_t bytes) { stage_.resize(bytes); }
+  // Bytes read from the link and not yet taken by a frame.
+  size_t staged() const { return stageEnd_ - stagePos_; }
   // The whole message (header and payload) is in.
   bool done() const;
   // Payload bytes received so far.
@@ -171,6 +182,9 @@ class RxFrame {
   size_t payloadLength() const;
   // Counts the message once it is complete.
   void finishIfDone(Link& link);
+  // Up to `want` bytes into dst: from the stage if it holds any, else from the link
+  // (with the stage behind dst when read-ahead is on). io.bytes: the bytes put in dst.
+  LinkIo readInto(Link& link, uint8_t* dst, size_t want);
 
   uint8_t bytes_[wire::kHeaderSize] = {};
   wire::MessageHeader header_;
@@ -180,6 +194,9 @@ class RxFrame {
   size_t expectLength_ = 0;
   size_t got_ = 0;
   bool counted_ = false;
+  std::vector<uint8_t> stage_;  // read-ahead (empty: off); survives reset()
+  size_t stagePos_ = 0;
+  size_t stageEnd_ = 0;
 };
 
 // Sleeps until one of `links` can move in a wanted direction (read / write), `wakeFd`

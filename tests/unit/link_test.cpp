@@ -106,7 +106,9 @@ size_t payloadOf(const Message& m) {
 }
 
 // One direction: a sender thread and a receiver thread move `ms` over the pair.
-void exchange(Link& tx, Link& rx, const std::vector<Message>& ms, bool useExpect) {
+// readAhead > 0: the receiver's frame reads ahead (RxFrame::enableReadAhead).
+void exchange(Link& tx, Link& rx, const std::vector<Message>& ms, bool useExpect,
+              size_t readAhead = 0) {
   const Deadline deadline = Deadline::after(20s);
   std::string sendError;
   std::thread sender([&] {
@@ -120,6 +122,7 @@ void exchange(Link& tx, Link& rx, const std::vector<Message>& ms, bool useExpect
     tx.shutdownWrite();
   });
   RxFrame frame;
+  if (readAhead > 0) frame.enableReadAhead(readAhead);
   [&] {
     size_t i = 0;
     for (const Message& m : ms) {
@@ -177,6 +180,63 @@ TEST(LinkFrames, ExactBytesAndCountersOverPartialIo) {
       }
     }
   }
+}
+
+TEST(LinkFrames, ReadAheadKeepsEveryFrameAndCounterExact) {
+  for (uint64_t seed : {0u, 4u, 17u}) {
+    for (size_t cap : {size_t{1}, size_t{30}, size_t{5000}, size_t{64 * 1024}}) {
+      for (size_t ahead : {size_t{1}, size_t{24}, size_t{25}, size_t{8192}}) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + " capacity " + std::to_string(cap) +
+                     " read-ahead " + std::to_string(ahead));
+        MemLinkPair p = makeMemLinkPair(0, 1, Lane::P2P, cap, seed);
+        const std::vector<Message> ms = someMessages(seed + cap + ahead, cap < 100 ? 100 : 20000);
+        exchange(*p.a, *p.b, ms, false, ahead);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(LinkFrames, ReadAheadTakesSmallFramesInOneRead) {
+  MemLinkPair p = makeMemLinkPair(0, 1, Lane::P2P, 64 * 1024, 0);
+  std::vector<Message> ms;
+  size_t total = 0;
+  for (uint32_t i = 0; i < 10; ++i) {
+    Message m;
+    m.header.kind = wire::MsgKind::Eager;
+    m.header.step = i;
+    m.header.length = 8 + i;
+    m.payload.assign(8 + i, static_cast<uint8_t>(i * 7 + 1));
+    total += wire::kHeaderSize + m.payload.size();
+    ASSERT_EQ(sendFrame(*p.a, m.header, m.payload.data(), Deadline::after(5s)),
+              LinkStatus::Progress);
+    ms.push_back(std::move(m));
+  }
+  RxFrame rx;
+  rx.enableReadAhead(4096);
+  ASSERT_EQ(rx.pumpHeader(*p.b).status, LinkStatus::Progress);
+  EXPECT_TRUE(rx.headerReady());
+  EXPECT_EQ(rx.staged(), total - wire::kHeaderSize);  // the rest came with the first read
+  // Not counted until a frame takes them.
+  EXPECT_EQ(p.b->counters().snapshot().wireRecv, wire::kHeaderSize);
+  EXPECT_EQ(rx.header(), ms[0].header);
+  std::vector<uint8_t> first(ms[0].payload.size());
+  rx.setTarget(first.data());
+  ASSERT_EQ(rx.pumpPayload(*p.b).status, LinkStatus::Progress);
+  EXPECT_TRUE(rx.done());
+  EXPECT_EQ(first, ms[0].payload);
+  for (size_t i = 1; i < ms.size(); ++i) {
+    const Message& m = ms[i];
+    std::vector<uint8_t> got(m.payload.size());
+    ASSERT_EQ(recvFrame(*p.b, rx, got.data(), 0, Deadline::after(5s)), LinkStatus::Progress);
+    EXPECT_EQ(rx.header(), m.header);
+    EXPECT_EQ(got, m.payload);
+  }
+  EXPECT_EQ(rx.staged(), 0u);
+  EXPECT_EQ(p.b->counters().snapshot().wireRecv, total);
+  EXPECT_EQ(p.b->counters().snapshot().messagesRecv, ms.size());
+  rx.reset();
+  EXPECT_EQ(rx.pumpHeader(*p.b).status, LinkStatus::Blocked);
 }
 
 // One thread per end, as the executor uses a link: it sends `out` and receives `in`
