@@ -217,8 +217,11 @@ void publish(Communicator& comm, const std::string& scenario, const std::string&
 
 std::string describe(const Error& e, double seconds) {
   std::ostringstream os;
+  const ErrorInfo& i = e.info();
   os << "error kind=" << toString(e.kind()) << " peer=" << e.peer() << " seconds=" << seconds
-     << " phase=" << e.info().phase << " what=" << e.what();
+     << " phase=" << (i.phase.empty() ? "-" : i.phase) << " step=" << i.step << " steps=" << i.steps
+     << " seq=" << i.seq << " culprit=" << i.culprit << " bytes_moved=" << i.bytesMoved
+     << " bytes_expected=" << i.bytesExpected << " what=" << e.what();
   return os.str();
 }
 
