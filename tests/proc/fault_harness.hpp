@@ -180,6 +180,15 @@ struct Expect {
   bool collective = true;   // false: point to point, which takes no sequence number
 };
 
+// `expected` is one kind or several separated by '|' ("PeerClosed|Timeout").
+inline bool kindMatches(const std::string& expected, const std::string& kind) {
+  std::istringstream is(expected);
+  std::string one;
+  while (std::getline(is, one, '|'))
+    if (one == kind) return true;
+  return false;
+}
+
 // Every problem with the run, one line each (empty: the detection was right).
 inline std::vector<std::string> judge(const FaultRun& run, const Expect& e) {
   std::vector<std::string> bad;
@@ -196,7 +205,7 @@ inline std::vector<std::string> judge(const FaultRun& run, const Expect& e) {
       bad.push_back(who + "status " + rec.get("status") + " " + rec.get("wrong") + rec.get("what"));
       continue;
     }
-    if (rec.get("kind") != e.kind)
+    if (!kindMatches(e.kind, rec.get("kind")))
       bad.push_back(who + "kind " + rec.get("kind") + ", expected " + e.kind);
     if (rec.num("culprit") != e.culprit)
       bad.push_back(who + "culprit " + rec.get("culprit") + ", expected " +

@@ -262,11 +262,19 @@ void otherFault(Trial& t, Rng& g, int roll, Algorithm algo, size_t count, int cu
         commonArgs(algo, count, kSoakTimeoutMs));
     t.expect = {"PeerClosed", culprit, allBut(world, culprit), kSoakWellUnderMs, false, call};
     t.culpritExit = 0;
+    if (call == 0 && !p2p) {
+      // Connections open in the first call: a rank that leaves before it has none to
+      // close. A rank that dials it finds nothing listening (PeerClosed); one that waits
+      // for it to dial sees a silent rank (Timeout). Either names it.
+      t.expect.kind = "PeerClosed|Timeout";
+      t.expect.boundMs = 2.0 * kSoakTimeoutMs;
+      t.kind = "close before connecting";
+    }
     if (p2p) {
       t.judge = Judge::PointToPoint;
       t.expect.boundMs = 2.0 * kSoakTimeoutMs;
     }
-    t.kind = p2p ? "p2p: close" : "close";
+    if (t.kind.empty()) t.kind = p2p ? "p2p: close" : "close";
     what << "closes its communicator before call " << call << (p2p ? " (ring of send/recv)" : "");
   } else if (p2p) {  // SIGKILL from outside in an endless ring of sends and receives
     s.stopAtCall = g.pick(0, 5);
