@@ -56,6 +56,24 @@ constexpr int64_t kSoakSilentTimeoutMs = 1000;
 // until the timeout; the bound is counted from the process's start.
 constexpr int64_t kBootTimeoutMs = 3000;
 
+// Rank r's record when it has one that reports an error (status `error`, or also
+// `setup-error` when `setupToo`); else null, with the reason added to `bad`.
+const Record* errorRecord(const FaultRun& run, int r, bool setupToo,
+                          std::vector<std::string>* bad) {
+  const std::string who = "rank " + std::to_string(r) + ": ";
+  auto it = run.records.find(r);
+  if (it == run.records.end()) {
+    bad->push_back(who + "no record (hang or crash)");
+    return nullptr;
+  }
+  const std::string st = it->second.get("status");
+  if (st != "error" && !(setupToo && st == "setup-error")) {
+    bad->push_back(who + "status " + st + " " + it->second.get("what"));
+    return nullptr;
+  }
+  return &it->second;
+}
+
 // A bootstrap kill may land before the culprit published anything (the others time out
 // waiting for it), while they connect (PeerClosed or Timeout) or in the first calls
 // (PeerClosed): every survivor must end, with one of those kinds naming the culprit,
@@ -64,17 +82,10 @@ std::vector<std::string> judgeBootstrap(const FaultRun& run, const Trial& t) {
   std::vector<std::string> bad;
   for (int r : t.expect.ranks) {
     const std::string who = "rank " + std::to_string(r) + ": ";
-    auto it = run.records.find(r);
-    if (it == run.records.end()) {
-      bad.push_back(who + "no record (hang or crash)");
-      continue;
-    }
-    const Record& rec = it->second;
-    const std::string st = rec.get("status"), kind = rec.get("kind");
-    if (st != "error" && st != "setup-error") {
-      bad.push_back(who + "status " + st + " " + rec.get("what"));
-      continue;
-    }
+    const Record* got = errorRecord(run, r, true, &bad);
+    if (got == nullptr) continue;
+    const Record& rec = *got;
+    const std::string kind = rec.get("kind");
     if (kind != "PeerClosed" && kind != "Timeout" && kind != "Aborted")
       bad.push_back(who + "kind " + kind + ", expected PeerClosed, Timeout or Aborted");
     if (rec.num("culprit") != t.expect.culprit)
@@ -96,17 +107,10 @@ std::vector<std::string> judgePointToPoint(const FaultRun& run, const Trial& t) 
   const int n = t.spec.world, c = t.expect.culprit;
   for (int r : t.expect.ranks) {
     const std::string who = "rank " + std::to_string(r) + ": ";
-    auto it = run.records.find(r);
-    if (it == run.records.end()) {
-      bad.push_back(who + "no record (hang or crash)");
-      continue;
-    }
-    const Record& rec = it->second;
+    const Record* got = errorRecord(run, r, false, &bad);
+    if (got == nullptr) continue;
+    const Record& rec = *got;
     const std::string kind = rec.get("kind");
-    if (rec.get("status") != "error") {
-      bad.push_back(who + "status " + rec.get("status") + " " + rec.get("what"));
-      continue;
-    }
     const bool neighbour = r == (c + 1) % n;
     if (neighbour && (kind != "PeerClosed" || rec.num("peer") != c))
       bad.push_back(who + kind + " with peer " + rec.get("peer") + ", expected PeerClosed with " +
