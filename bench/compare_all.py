@@ -7,6 +7,9 @@ alternates the contenders within each repetition, and prints markdown tables of 
 
     /usr/bin/python3 bench/compare_all.py [--worlds 2,4,8] [--reps 3] [--sweep]
 
+  Every contender runs out of place (separate input and output buffers), unpinned (mpirun
+  --bind-to none); any wrong element, failed or missing run ends the script with an error.
+
   compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
            bcube (its halving-doubling-like algorithm) over 127.0.0.1.
@@ -60,7 +63,9 @@ def tccl(world, size, algo):
 
 def mpi(world, size):
     it, wu = iters_for(size)
-    out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world), "--mca", "pml", "ob1",
+    # --bind-to none: tccl's and Gloo's ranks are not pinned, so MPI's are not either.
+    out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(world),
+               "--mca", "pml", "ob1",
                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", MPI_BIN, "--iters", str(it),
                "--warmup", str(wu), "--csv", str(size)])
     for line in out.splitlines():
@@ -109,6 +114,9 @@ def compare(worlds, reps):
                 res.setdefault((w, s, "Open MPI"), []).append(mpi(w, s))
                 for g in ("ring", "bcube"):
                     res.setdefault((w, s, "Gloo " + g), []).append(gloo(w, s, g))
+    bad = [(k, max(x[2] for x in v)) for k, v in res.items() if max(x[2] for x in v) != 0]
+    if bad:
+        sys.exit(f"compare_all.py: wrong results: {bad}")
     print("| world | size | impl | time (us) | busbw (GB/s) | #wrong |")
     print("|---:|---:|---|---:|---:|---:|")
     for (w, s, impl), v in sorted(res.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):

@@ -105,6 +105,7 @@ run_tccl() {
   if ! out=$(run_limited "$TCCL" bench --world "$world" --sizes "$size" --dtype float32 --iters "$it" \
     --warmup "$wu" --json "$@" 2>&1); then
     log "FAILED: tccl bench --world $world --sizes $size $* : $out"
+    MISSING=$((MISSING + 1))
     return 0
   fi
   echo "$impl,$world,$(bytes_of "$size"),$param,$rep,$(echo "$out" | parse_tccl),$IDLE" >>"$RAW"
@@ -116,10 +117,14 @@ run_mpi() {
   read -r it wu <<<"$(iters_for "$size")"
   wait_quiet
   # shellcheck disable=SC2086
-  if ! out=$(run_limited "$MPIRUN" --allow-run-as-root --oversubscribe -np "$world" --mca pml ob1 \
-    --mca btl tcp,self --mca btl_tcp_if_include lo $MPI_ARGS "$MPIBIN" --iters "$it" --warmup "$wu" --csv \
+  # --bind-to none: mpirun would pin each rank to a core (to a socket above 2 ranks);
+  # tccl's and Gloo's ranks are not pinned, so neither are MPI's: the same placement for
+  # all, the kernel's.
+  if ! out=$(run_limited "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$world" \
+    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo $MPI_ARGS "$MPIBIN" --iters "$it" --warmup "$wu" --csv \
     "$size" 2>&1); then
     log "FAILED: mpirun -np $world mpi_allreduce $size : $out"
+    MISSING=$((MISSING + 1))
     return 0
   fi
   local row rss
@@ -175,6 +180,7 @@ do_rss() {
   done
 }
 
+MISSING=0  # runs that failed or gave no result: the script then exits 1
 START=$(date +%s)
 INFO=$(machine_info)
 case $MODE in
@@ -197,7 +203,7 @@ v = [int(r["idle_pct"]) for r in csv.DictReader(open(sys.argv[1])) if r.get("idl
 print("%d/%d over %d runs" % (min(v), statistics.median(v), len(v)) if v else "-")' "$RAW")"
 echo "- repetitions: $REPS; iterations: $SMALL_ITERS timed + $SMALL_WARMUP warm-up below 1 MiB," \
   "$LARGE_ITERS + $LARGE_WARMUP from 1 MiB"
-echo "- Open MPI: mpirun --allow-run-as-root --oversubscribe -np N --mca pml ob1 --mca btl tcp,self" \
+echo "- Open MPI: mpirun --allow-run-as-root --oversubscribe --bind-to none -np N --mca pml ob1 --mca btl tcp,self" \
   "--mca btl_tcp_if_include lo $MPI_ARGS"
 echo
 "$PYTHON" - "$RAW" <<'EOF'
@@ -302,3 +308,13 @@ table("seg", "Segment-size sweep, tccl ring (medians, min-max)", "segment (B)")
 table("spin", "TCCL_SPIN_US, tccl ring at 8 B (medians, min-max)", "TCCL_SPIN_US")
 table("rss", "Peak RSS per rank, tccl ring", "-")
 EOF
+
+# Any wrong element or any missing run fails the whole comparison: a table with a hole or
+# a wrong result in it is no comparison.
+WRONG=$("$PYTHON" -c '
+import csv, sys
+print(sum(1 for r in csv.DictReader(open(sys.argv[1])) if r["wrong"] not in ("0", "0.0")))' "$RAW")
+if [ "$MISSING" -gt 0 ] || [ "$WRONG" -gt 0 ]; then
+  echo "compare_mpi.sh: FAILED: $MISSING missing runs, $WRONG runs with #wrong > 0 (raw: $RAW)" >&2
+  exit 1
+fi

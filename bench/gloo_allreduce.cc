@@ -21,11 +21,13 @@
 
 namespace {
 
-void allreduceSum(const std::shared_ptr<gloo::Context>& ctx, float* data, size_t n,
+// Out of place, as tccl bench and the MPI program run: `in` is read, `out` written.
+void allreduceSum(const std::shared_ptr<gloo::Context>& ctx, float* in, float* out, size_t n,
                   gloo::AllreduceOptions::Algorithm algo) {
   gloo::AllreduceOptions opts(ctx);
   opts.setAlgorithm(algo);
-  opts.setOutput(data, n);
+  opts.setInput(in, n);
+  opts.setOutput(out, n);
   opts.setReduceFunction(
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
   gloo::allreduce(opts);
@@ -70,16 +72,16 @@ int main(int argc, char** argv) {
     }
     const size_t bytes = std::stoull(s) * mult;
     const size_t n = std::max<size_t>(1, bytes / sizeof(float));
-    std::vector<float> buf(n, static_cast<float>(rank + 1));
-    allreduceSum(ctx, buf.data(), n, algo);
+    std::vector<float> in(n, static_cast<float>(rank + 1)), buf(n, -1.0f);
+    allreduceSum(ctx, in.data(), buf.data(), n, algo);
     const float expect = static_cast<float>(world) * (world + 1) / 2;
     double wrong = 0;
     for (float x : buf) wrong += x != expect;
-    for (int w = 0; w < warmup; ++w) allreduceSum(ctx, buf.data(), n, algo);
+    for (int w = 0; w < warmup; ++w) allreduceSum(ctx, in.data(), buf.data(), n, algo);
     gloo::BarrierOptions bo(ctx);
     gloo::barrier(bo);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < iters; ++it) allreduceSum(ctx, buf.data(), n, algo);
+    for (int it = 0; it < iters; ++it) allreduceSum(ctx, in.data(), buf.data(), n, algo);
     double sec =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     sec = maxOverRanks(ctx, sec);

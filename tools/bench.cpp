@@ -33,6 +33,7 @@
 #include "algorithms/select.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
+#include "pattern.hpp"
 #include "subcommands.hpp"
 #include "svg.hpp"
 
@@ -224,7 +225,7 @@ class Runner {
     row.size = std::max(inElems, outElems) * elem;
     row.count = std::max(inElems, outElems);
 
-    // Correctness: rank r's data is r+1 (per block for the N-block collectives).
+    // Correctness: every element checked against its closed form (prepareData).
     double wrong = 0;
     std::string ran = std::string(toString(algo));
     if (c_.check) {
@@ -258,7 +259,7 @@ class Runner {
     row.timeUs = sec * 1e6;
     row.algbw = static_cast<double>(row.size) / sec / 1e9;
     row.busbw = row.algbw * busFactor(c_, n);
-    row.wrong = maxOverRanks(comm_, wrong);
+    row.wrong = sumWrongOverRanks(wrong);
     row.bytesPerRank = maxOverRanks(comm_, sent_);
     const double bound = boundBytes(row.size, n);
     row.ratio = bound > 0 ? row.bytesPerRank / bound : 0;
@@ -276,75 +277,99 @@ class Runner {
     return busFactor(c_, n) * static_cast<double>(size);
   }
 
+  // Inputs that depend on rank and index (tools/pattern.hpp): reductions get the
+  // reduction pattern at their global index (reduce-scatter: block p of rank r's input
+  // holds indices p*count..), data that is only moved is tagged with its source and
+  // destination. Outputs start as -1 (255 in uint8), which no expected value is (but a
+  // uint8 sum of 255), so that an element never written is counted wrong.
   void prepareData() {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
     const size_t B = count_ * elem;
-    switch (c_.sendrecv ? Collective::AllReduce : c_.coll) {  // sendrecv: rank r sends r+1
-      case Collective::AllToAll:
-      case Collective::ReduceScatter:
-        fill(in_.data(), in_.size() / elem, c_.dtype, r + 1);
-        break;
-      case Collective::Scatter:
-        for (int p = 0; p < n; ++p)
-          fill(in_.data() + static_cast<size_t>(p) * B, count_, c_.dtype, p + 1);
-        break;
-      case Collective::Broadcast:
-        fill(in_.data(), count_, c_.dtype, r == c_.root ? r + 1 : -1);
-        break;
-      default:
-        fill(in_.data(), in_.size() / elem, c_.dtype, r + 1);
-        break;
+    const DataType dt = c_.dtype;
+    const size_t inElems = in_.size() / elem;
+    if (c_.sendrecv) {
+      pattern::fillMoved(in_.data(), inElems, dt, r, (r + 1) % n, 0);
+    } else {
+      switch (c_.coll) {
+        case Collective::AllReduce:
+        case Collective::Reduce:
+        case Collective::ReduceScatter:
+          pattern::fillReduce(in_.data(), inElems, dt, c_.op, r, n, 0);
+          break;
+        case Collective::AllToAll:
+          for (int q = 0; q < n; ++q)
+            pattern::fillMoved(in_.data() + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
+          break;
+        case Collective::Scatter:
+          for (int q = 0; q < n && r == c_.root; ++q)
+            pattern::fillMoved(in_.data() + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
+          break;
+        default:  // broadcast, all-gather, gather: rank r's data
+          pattern::fillMoved(in_.data(), inElems, dt, r, 0, 0);
+          break;
+      }
     }
-    fill(out_.data(), out_.size() / elem, c_.dtype, 0);
+    for (size_t k = 0; k < out_.size() / elem; ++k) pattern::store(out_.data(), k, dt, -1);
   }
 
-  double wrongIn(const uint8_t* p, size_t count, double expected) const {
-    double wrong = 0;
-    const size_t elem = dataTypeSize(c_.dtype);
-    for (size_t off = 0; off < count;) {
-      auto bad = firstMismatch(p + off * elem, count - off, c_.dtype, expected);
-      if (!bad) break;
-      wrong += 1;
-      off += bad->index + 1;
-    }
-    return wrong;
-  }
-
+  // The wrong elements of this rank's output, each compared with its closed form.
   double countWrong() const {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
     const size_t B = count_ * elem;
-    if (c_.sendrecv) return n > 1 ? wrongIn(out_.data(), count_, (r + n - 1) % n + 1) : 0;
+    const DataType dt = c_.dtype;
+    auto movedFrom = [&](int src, int dst, const uint8_t* p) {
+      return static_cast<double>(pattern::checkMoved(p, count_, dt, src, dst, 0).count);
+    };
+    if (c_.sendrecv) return n > 1 ? movedFrom((r + n - 1) % n, r, out_.data()) : 0;
     switch (c_.coll) {
       case Collective::AllReduce:
+        return static_cast<double>(
+            pattern::checkReduce(out_.data(), count_, dt, c_.op, n, 0).count);
       case Collective::ReduceScatter:
-        return wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op));
+        return static_cast<double>(
+            pattern::checkReduce(out_.data(), count_, dt, c_.op, n, static_cast<size_t>(r) * count_)
+                .count);
       case Collective::Reduce:
-        return r == c_.root ? wrongIn(out_.data(), count_, expectedConstant(n, c_.dtype, c_.op))
+        return r == c_.root ? static_cast<double>(
+                                  pattern::checkReduce(out_.data(), count_, dt, c_.op, n, 0).count)
                             : 0;
       case Collective::AllGather:
-      case Collective::AllToAll: {
-        double w = 0;
-        for (int p = 0; p < n; ++p)
-          w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
-        return w;
-      }
+      case Collective::AllToAll:
       case Collective::Gather: {
-        if (r != c_.root) return 0;
+        if (c_.coll == Collective::Gather && r != c_.root) return 0;
+        const bool a2a = c_.coll == Collective::AllToAll;
         double w = 0;
         for (int p = 0; p < n; ++p)
-          w += wrongIn(out_.data() + static_cast<size_t>(p) * B, count_, p + 1);
+          w += movedFrom(p, a2a ? r : 0, out_.data() + static_cast<size_t>(p) * B);
         return w;
       }
       case Collective::Scatter:
-        return wrongIn(out_.data(), count_, r + 1);
+        return movedFrom(c_.root, r, out_.data());
       case Collective::Broadcast:
-        return wrongIn(out_.data(), count_, c_.root + 1);
+        return movedFrom(c_.root, 0, out_.data());
       case Collective::Barrier:
         return 0;
     }
     return 0;
+  }
+
+  // The sum of every rank's count of wrong elements, for rank 0's report. Through the
+  // store, not a collective: a broken collective must not be what reports its own
+  // verdict. Every rank's count stays under its own key.
+  double sumWrongOverRanks(double wrong) {
+    const int n = comm_.size(), r = comm_.rank();
+    const std::string prefix = "bench/wrong/" + std::to_string(rowSerial_++) + "/";
+    auto store = comm_.store();
+    store->setString(prefix + std::to_string(r), std::to_string(static_cast<uint64_t>(wrong)));
+    if (r != 0) return wrong;
+    std::vector<std::string> keys;
+    for (int p = 0; p < n; ++p) keys.push_back(prefix + std::to_string(p));
+    store->wait(keys, std::chrono::milliseconds(c_.timeoutMs));
+    double total = 0;
+    for (const auto& k : keys) total += static_cast<double>(std::stoull(store->getString(k)));
+    return total;
   }
 
   // Runs one call and records what it ran and sent (lastAlgo_, lastSent_).
@@ -407,6 +432,7 @@ class Runner {
   double sent_ = 0;
   std::string lastAlgo_;
   double lastSent_ = 0;
+  uint64_t rowSerial_ = 0;
 };
 
 std::string rowJson(const Row& row, const BenchConfig& c) {
@@ -607,17 +633,22 @@ int runWorker(const BenchConfig& c) {
         break;
       }
     }
-    std::string predicted = "none in the sweep";
-    const algo::LinkModel model = algo::LinkModel::fromEnv();
+    // What auto itself picks at each size: the communicator's own choice (its model as
+    // rank 0 shared it, tuned or not, and the job's hosts), not a model rebuilt here.
+    std::string predicted = "none in the sweep", picks;
+    Algorithm last = Algorithm::Auto;
     for (const auto& [size, byAlgo] : t) {
-      if (algo::predictAllreduceSec(Algorithm::Ring, n, size, model) <
-          algo::predictAllreduceSec(Algorithm::Tree, n, size, model)) {
+      const Algorithm pick = comm.chooseAllreduceAlgorithm(size);
+      if (pick == Algorithm::Ring && predicted == "none in the sweep")
         predicted = formatBytes(static_cast<double>(size));
-        break;
+      if (pick != last) {
+        picks += std::string(picks.empty() ? "" : ", ") + std::string(toString(pick)) + " from " +
+                 formatBytes(static_cast<double>(size));
+        last = pick;
       }
     }
     crossover = "crossover (smallest size where ring beats tree): measured " + measured +
-                ", cost model " + predicted;
+                ", auto's cost model picks ring from " + predicted + " (auto picks: " + picks + ")";
   }
 
   if (c.json) {

@@ -4,13 +4,17 @@
 //
 // Spawns the ranks, measures between ranks 0 and 1 (Communicator::measureLinks: an
 // 8-byte ping-pong for alpha, a large transfer for beta), and writes
-// alpha_us / beta_gbps to PATH (default: TCCL_TUNE_FILE, else
-// ~/.config/tccl/tune.conf). Communicators read that file at construction; rank 0's
-// model is shared with every rank so that Auto agrees everywhere.
+// alpha_us / beta_gbps / gamma_gbps to PATH (default: TCCL_TUNE_FILE, else
+// ~/.config/tccl/tune.conf), keeping the file's other lines. Communicators read that file at
+// construction; rank 0's model is shared with every rank so that Auto agrees everywhere.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <vector>
 
 #include "algorithms/select.hpp"
@@ -68,6 +72,51 @@ double measureReduceGbps() {
   return static_cast<double>(n * sizeof(float)) / best / 1e9;
 }
 
+// Writes what tune measured into `path`. A file that exists keeps every other line
+// (hd_bandwidth_penalty, inter_* and whatever a user added, comments included) as it
+// was, in its order: only the measured keys change, in place, or are appended. A new
+// file gets the model's every field. Written to a temporary file and renamed over the
+// old one, so a reader never sees half a file.
+void saveTuned(const algo::LinkModel& m, const std::string& path) {
+  std::ifstream old(path);
+  if (!old) {
+    m.save(path);
+    return;
+  }
+  char buf[64];
+  std::map<std::string, std::string> fresh;
+  std::snprintf(buf, sizeof buf, "%.3f", m.alphaSec * 1e6);
+  fresh["alpha_us"] = buf;
+  std::snprintf(buf, sizeof buf, "%.4f", 1e-9 / m.betaSecPerByte);
+  fresh["beta_gbps"] = buf;
+  std::snprintf(buf, sizeof buf, "%.4f", 1e-9 / m.gammaSecPerByte);
+  fresh["gamma_gbps"] = buf;
+  std::ostringstream out;
+  std::string line;
+  while (std::getline(old, line)) {
+    const auto eq = line.find('=');
+    const std::string key = eq == std::string::npos ? "" : line.substr(0, eq);
+    auto it = line.empty() || line[0] == '#' ? fresh.end() : fresh.find(key);
+    if (it == fresh.end()) {
+      out << line << "\n";
+    } else {
+      out << key << "=" << it->second << "\n";
+      fresh.erase(it);
+    }
+  }
+  for (const auto& [key, value] : fresh) out << key << "=" << value << "\n";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << out.str();
+    if (!f) throwError(ErrorKind::System, "cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    throwError(ErrorKind::System, "cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
 }  // namespace
 
 int tuneMain(int argc, char** argv, int first) {
@@ -103,7 +152,7 @@ int tuneWorkerMain(int argc, char** argv, int first) {
     m.betaSecPerByte = 1.0 / (e.gbps * 1e9);
     const double gamma = measureReduceGbps();
     m.gammaSecPerByte = 1.0 / (gamma * 1e9);
-    m.save(c.file);
+    saveTuned(m, c.file);
     if (c.json) {
       std::printf(
           "{\"alpha_us\": %.3f, \"beta_gbps\": %.4f, \"gamma_gbps\": %.4f, \"file\": \"%s\"}\n",

@@ -136,7 +136,21 @@ JobRecord joinJob(Store& store, int rank, const algo::LinkModel& model,
     store.setString(kJobRecordKey, encodeJobRecord(r));
     return r;
   }
-  store.wait({kJobRecordKey}, timeout);
+  try {
+    store.wait({kJobRecordKey}, timeout);
+  } catch (const Error& e) {
+    // Only rank 0 writes the job record: when it never comes, rank 0 is the one to
+    // name (it never started, or died first), as a missing rank is named later on.
+    if (e.kind() != ErrorKind::Timeout) throw;
+    ErrorInfo info = e.info();
+    info.rank = rank;
+    info.culprit = 0;
+    info.detectedBy = rank;
+    info.phase = "bootstrap";
+    info.message = "rank 0 never published the job record (it did not start, or exited first): " +
+                   e.info().message;
+    throwError(std::move(info));
+  }
   // Every field of the model is rank 0's: ranks whose tune files differ still choose alike.
   auto r = decodeJobRecord(store.getString(kJobRecordKey));
   if (!r) throwError(ErrorKind::Store, "malformed job record in the store", rank);

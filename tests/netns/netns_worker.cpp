@@ -49,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/expected_bytes.hpp"
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
@@ -248,7 +249,8 @@ std::vector<int64_t> closedFormInterHostBytes(const Job& job, const std::string&
     // sends its whole ring share (2V - |c(r+1)| - |c(r+2)|) there.
     for (int r = 0; r < job.n; ++r)
       if (job.hostOf[(r + 1) % job.n] != job.hostOf[r])
-        perHost[job.hostOf[r]] += static_cast<int64_t>(algo::ringBytesSent(count, elem, job.n, r));
+        perHost[job.hostOf[r]] +=
+            static_cast<int64_t>(testing::ringSentBytes(count, elem, job.n, r));
   } else if (algo == "naive") {
     // Every rank sends V to every rank of another host.
     for (int r = 0; r < job.n; ++r)

@@ -12,7 +12,9 @@
 // Arguments are key=value:
 //   scenario=loop|mismatch|shrink|steady   (default loop)
 //     loop      `iters` calls of `coll` (allreduce with `algo`; or broadcast,
-//               allgather, reducescatter, reduce, barrier, alltoall, gather, scatter)
+//               allgather, reducescatter, reduce, barrier, alltoall, gather, scatter;
+//               or p2p: a ring exchange, sendAsync to rank+1 and recv from rank-1 with
+//               the call's number as tag, the received values verified)
 //     mismatch  a sequence of different collectives (allreduce, broadcast, allgather,
 //               reducescatter, allreduce, ...); the culprit deviates at call `at`
 //               as `deviation` says: skip|reorder|count|dtype|op|root
@@ -31,6 +33,8 @@
 //                    communicator's stays `timeout`)
 //   absent=1         the culprit never creates its communicator: it waits for
 //                    "faults/done" and exits 0
+//   close=K          the culprit destroys its communicator (closing its connections)
+//                    before call K, stays alive until "faults/done" and exits 0
 // After publishing, the worker waits (bounded) for the key "faults/done" so that its
 // exit cannot become another rank's failure; the test kills whatever is left.
 // Exit status: 0, or 1 when a result was wrong (also in the record), 2 for bad usage.
@@ -73,6 +77,7 @@ struct Config {
   bool warmup = false;
   int64_t callTimeoutMs = 0;  // 0: the communicator's
   bool absent = false;
+  int closeCall = -1;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -124,6 +129,8 @@ Config parseArgs(int argc, char** argv) {
       c.callTimeoutMs = std::stoll(v);
     } else if (k == "absent") {
       c.absent = v == "1";
+    } else if (k == "close") {
+      c.closeCall = std::stoi(v);
     } else {
       usage("unknown key " + k);
     }
@@ -272,19 +279,40 @@ class Worker {
       comm_.gather(in_.data(), out_.data(), call.count, call.dtype, call.root, o);
     } else if (k == "scatter") {
       comm_.scatter(in_.data(), out_.data(), call.count, call.dtype, call.root, o);
+    } else if (k == "p2p") {
+      const int n = comm_.size(), r = comm_.rank();
+      WorkPtr sent = comm_.sendAsync(in_.data(), call.count, call.dtype, (r + 1) % n, it, o);
+      try {
+        comm_.recv(out_.data(), call.count, call.dtype, (r + n - 1) % n, it, o);
+      } catch (const Error&) {
+        // The send may still be in flight: its buffer must stay as it is (MPI's rule),
+        // so it is parked with its Work rather than refilled by the next call.
+        inFlight_.emplace_back(std::move(sent), std::move(in_));
+        in_.clear();
+        throw;
+      }
+      sent->wait();
     } else {
       usage("unknown collective " + k);
     }
   }
 
-  // An all-reduce that succeeded must hold the exact sum over every rank.
+  // An all-reduce that succeeded must hold the exact sum over every rank; a ring
+  // exchange the previous rank's values.
   bool verify(const Call& call, int it) {
-    if (call.coll != "allreduce" || call.dtype != DataType::Float32 || call.op != ReduceOp::Sum)
+    const bool p2p = call.coll == "p2p";
+    if ((call.coll != "allreduce" && !p2p) || call.dtype != DataType::Float32 ||
+        call.op != ReduceOp::Sum)
       return true;
     const float* f = reinterpret_cast<const float*>(out_.data());
+    const int n = comm_.size();
     for (size_t i = 0; i < call.count; ++i) {
       float expect = 0;
-      for (int r = 0; r < comm_.size(); ++r) expect += valueOf(r, it, i);
+      if (p2p) {
+        expect = valueOf((origRank_ + n - 1) % n, it, i);
+      } else {
+        for (int r = 0; r < n; ++r) expect += valueOf(r, it, i);
+      }
       if (f[i] != expect) {
         std::ostringstream os;
         os << "call " << it << " index " << i << ": expected " << expect << " got " << f[i];
@@ -328,7 +356,9 @@ class Worker {
 
   int runSequence(const std::vector<Call>& calls) {
     std::string mine;
-    for (const Call& call : calls) mine += show(call) + "; ";
+    // The first calls only: an endless loop (a million calls) would make megabytes.
+    for (size_t i = 0; i < calls.size() && i < 12; ++i) mine += show(calls[i]) + "; ";
+    if (calls.size() > 12) mine += "... (" + std::to_string(calls.size()) + " calls)";
     rec_["calls"] = mine;
     size_t offset = 0;
     if (c_.warmup) {
@@ -352,6 +382,14 @@ class Worker {
     }
     for (size_t i = 0; i < calls.size(); ++i) {
       beforeCall(i);
+      if (isCulprit_ && static_cast<int>(i) == c_.closeCall) {
+        // Closes every connection of this rank while the process lives on: the others
+        // see orderly closes (FIN), not a dead process.
+        { Communicator gone = std::move(comm_); }
+        rec_["status"] = "closed";
+        publish();
+        return 0;
+      }
       const auto t0 = Clock::now();
       try {
         issue(calls[i], static_cast<int>(i));
@@ -468,6 +506,7 @@ class Worker {
   int origRank_ = -1;
   bool isCulprit_ = false;
   std::vector<uint8_t> in_, out_;
+  std::vector<std::pair<WorkPtr, std::vector<uint8_t>>> inFlight_;  // p2p sends never waited
   std::map<std::string, std::string> rec_;
 };
 
@@ -485,6 +524,7 @@ std::shared_ptr<Store> resultStore() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = Clock::now();
   Config c = parseArgs(argc, argv);
   // Records go through a store client of their own, independent of the
   // communicator's (which the failure may have left in any state).
@@ -513,8 +553,20 @@ int main(int argc, char** argv) {
     // A failure outside the collectives (construction, shrink's own store traffic).
     std::cerr << "[fault worker rank " << rank << "] " << e.what() << std::endl;
     const char* r = std::getenv("TCCL_RANK");
-    results->setString(std::string("faults/result/") + (r ? r : "?"),
-                       std::string("status=setup-error\nwhat=") + e.what() + "\n");
+    std::map<std::string, std::string> fields;
+    putErrorFields(e.info(), fields);
+    std::string rec = std::string("status=setup-error\nwhat=") + e.what() + "\n";
+    // From the process's start: the whole bootstrap until it failed.
+    rec +=
+        "elapsed_ms=" +
+        std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - started).count()) +
+        "\n";
+    for (const auto& [k, v] : fields) {
+      rec += k + "=";
+      for (char ch : v) rec += ch == '\n' ? ' ' : ch;
+      rec += "\n";
+    }
+    results->setString(std::string("faults/result/") + (r ? r : "?"), rec);
     return 1;
   }
 }

@@ -102,6 +102,10 @@ struct Failure {
   std::string kind;
   int peer = -2;
   double seconds = -1;
+  // Filled when the record has them (tests/proc/worker.cpp's describe()).
+  std::string phase;
+  int step = -2, steps = -2, culprit = -2;
+  long long seq = -2, bytesMoved = -2, bytesExpected = -2;
 };
 
 inline Failure parseFailure(const std::string& rec) {
@@ -112,6 +116,14 @@ inline Failure parseFailure(const std::string& rec) {
     if (tok.rfind("kind=", 0) == 0) f.kind = tok.substr(5);
     if (tok.rfind("peer=", 0) == 0) f.peer = std::stoi(tok.substr(5));
     if (tok.rfind("seconds=", 0) == 0) f.seconds = std::stod(tok.substr(8));
+    if (tok.rfind("what=", 0) == 0) break;  // free text from here on
+    if (tok.rfind("phase=", 0) == 0) f.phase = tok.substr(6);
+    if (tok.rfind("step=", 0) == 0) f.step = std::stoi(tok.substr(5));
+    if (tok.rfind("steps=", 0) == 0) f.steps = std::stoi(tok.substr(6));
+    if (tok.rfind("seq=", 0) == 0) f.seq = std::stoll(tok.substr(4));
+    if (tok.rfind("culprit=", 0) == 0) f.culprit = std::stoi(tok.substr(8));
+    if (tok.rfind("bytes_moved=", 0) == 0) f.bytesMoved = std::stoll(tok.substr(12));
+    if (tok.rfind("bytes_expected=", 0) == 0) f.bytesExpected = std::stoll(tok.substr(15));
   }
   return f;
 }

@@ -152,6 +152,15 @@ TEST(FailureTest, CountMismatchIsReportedAtTheFirstMessage) {
   Failure f = parseFailure(job.records[2]);
   EXPECT_EQ(f.kind, "Mismatch") << job.records[2];
   EXPECT_EQ(f.peer, 1) << job.records[2];
+  EXPECT_EQ(f.culprit, 1) << job.records[2];
+  EXPECT_EQ(f.seq, 0) << job.records[2];
+  // The first message rank 2 receives is rank 1's, in the first step of the ring's
+  // reduce-scatter (2 steps at world 3): its header says 4097 elements where 4096 were
+  // expected, so the error comes before any payload byte is taken.
+  EXPECT_EQ(f.phase, "reduce-scatter") << job.records[2];
+  EXPECT_EQ(f.step, 0) << job.records[2];
+  EXPECT_EQ(f.steps, 2) << job.records[2];
+  EXPECT_EQ(f.bytesMoved, 0) << job.records[2];
   EXPECT_LT(f.seconds, 10.0);
 }
 

@@ -326,18 +326,36 @@ def test_other_python_threads_run_while_a_call_waits():
     assert len(ticks) >= 10
 
 
-def test_stats_count_the_bytes():
-    def fn(c):
-        c.reset_stats()
-        c.all_reduce(np.ones(1024, dtype=np.float32))
-        last = c.last_call()
-        return c.stats(), last
+@pytest.mark.parametrize("world", [2, 3])
+def test_stats_count_the_bytes(world):
+    # A ring all-reduce of V bytes, V a multiple of the world: each rank sends
+    # 2(N-1) chunks of V/N bytes to the next rank and receives as many from the one
+    # before, one message per step (one segment: 2 KiB is under the segment size), each
+    # with a 24-byte header. The warm-up call opens the connections, so that the counted
+    # call carries no handshake.
+    count = 512 * world
+    chunk = count * 4 // world
 
-    for total, last in run_threads(2, fn):
-        assert last["collective"] == "allreduce" and last["bytes"] == 4096 and last["seconds"] > 0
-        assert total["total"]["payload_sent"] >= 2048  # half of 4 KiB at least, world 2
-        assert total["total"]["wire_sent"] >= total["total"]["payload_sent"]
-        assert set(total["per_peer"]) <= {0, 1}
+    def fn(c):
+        c.all_reduce(np.ones(count, dtype=np.float32), algorithm="ring")
+        c.reset_stats()
+        x = np.full(count, c.rank + 1, dtype=np.float32)
+        c.all_reduce(x, algorithm="ring")
+        return c.stats(), c.last_call(), x
+
+    steps = 2 * (world - 1)
+    for rank, (total, last, x) in enumerate(run_threads(world, fn)):
+        assert x.tolist() == [world * (world + 1) / 2] * count
+        assert last["collective"] == "allreduce" and last["bytes"] == count * 4
+        assert last["seconds"] > 0
+        t = total["total"]
+        assert t["payload_sent"] == steps * chunk and t["payload_recv"] == steps * chunk
+        assert t["messages_sent"] == steps and t["messages_recv"] == steps
+        assert t["wire_sent"] == steps * (chunk + 24) and t["wire_recv"] == steps * (chunk + 24)
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        sent = {p: v["payload_sent"] for p, v in total["per_peer"].items() if v["payload_sent"]}
+        recv = {p: v["payload_recv"] for p, v in total["per_peer"].items() if v["payload_recv"]}
+        assert sent == {nxt: steps * chunk} and recv == {prv: steps * chunk}, total
 
 
 def test_world_of_one_and_the_default_communicator():

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/expected_bytes.hpp"
 #include "algorithms/allreduce.hpp"
 #include "algorithms/chunking.hpp"
 #include "algorithms/schedule.hpp"
@@ -57,10 +58,10 @@ std::vector<Schedule> schedules(Algorithm a, int n, size_t count, size_t seg) {
 // The closed form for rank r's payload bytes.
 uint64_t closedFormBytes(Algorithm a, size_t count, size_t elem, int n, int r) {
   switch (a) {
-    case Algorithm::Ring:
-      return ringBytesSent(count, elem, n, r);
+    case Algorithm::Ring:  // from the docs' formulas (tests/common), not src/algorithms'
+      return tccl::testing::ringSentBytes(count, elem, n, r);
     case Algorithm::Naive:
-      return n > 1 ? naiveBytesSent(count, elem, n) : 0;
+      return tccl::testing::naiveSentBytes(count, elem, n);
     case Algorithm::Tree:
       return treeBytesSent(count, elem, n, r);
     case Algorithm::HalvingDoubling:

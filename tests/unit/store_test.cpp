@@ -4,6 +4,7 @@
 #include "tccl/store.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -13,14 +14,43 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 #include "net/socket.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
+
+// The largest single allocation made through operator new while gTrackAllocations is
+// set, by any thread of this test binary (the TcpStoreServer of a test runs in it):
+// how HugeLengthsAreRejectedWithoutAllocating sees that a claimed length was not
+// believed. The replacement forwards to malloc and free, as the default one does.
+namespace {
+std::atomic<bool> gTrackAllocations{false};
+std::atomic<size_t> gLargestAllocation{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (gTrackAllocations.load(std::memory_order_relaxed)) {
+    size_t seen = gLargestAllocation.load(std::memory_order_relaxed);
+    while (n > seen && !gLargestAllocation.compare_exchange_weak(seen, n)) {
+    }
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+// GCC, inlining these into a `delete` of a `new`, cannot see that the two go together.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace tccl {
 namespace {
@@ -353,6 +383,11 @@ TEST_F(TcpStoreTest, TruncatedHeaderDoesNotBlockOthers) {
 }
 
 TEST_F(TcpStoreTest, HugeLengthsAreRejectedWithoutAllocating) {
+  // Every allocation while the server reads two frames claiming 4 GiB: none may come
+  // near the claim (the largest legitimate buffer is a frame's, kMaxBodyBytes = 64 MiB
+  // at most, and these frames carry 4 and 12 bytes).
+  gLargestAllocation = 0;
+  gTrackAllocations = true;
   {
     net::Fd fd = raw();
     sendBytes(fd.get(),
@@ -366,6 +401,10 @@ TEST_F(TcpStoreTest, HugeLengthsAreRejectedWithoutAllocating) {
                          0xFF, 0xFF, 0xFF});
     expectClosedByServer(fd.get());
   }
+  gTrackAllocations = false;
+  EXPECT_LT(gLargestAllocation.load(), size_t{1} << 20)
+      << "the server allocated " << gLargestAllocation.load() << " bytes at once for a frame of "
+      << "12 bytes claiming 4 GiB";
   expectServerStillServes();
 }
 
@@ -414,9 +453,42 @@ TEST_F(TcpStoreTest, PipelinedRepliesBeyondTheOutputCapAllArrive) {
   for (const auto& p : resp) EXPECT_EQ(p.value, Bytes(1 << 20, 0xAB));
 }
 
+// The server's end of the TCP connection from local port `clientPort` to the server's
+// `serverPort`, as the kernel lists it (/proc/net/tcp, IPv4 loopback): its state
+// (01 established, 08 close-wait, ...), or -1 when the server has closed it.
+int serverSideState(uint16_t serverPort, uint16_t clientPort) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream is(line);
+    std::string slot, local, remote, state;
+    is >> slot >> local >> remote >> state;
+    const auto port = [](const std::string& a) {
+      return static_cast<uint16_t>(std::stoul(a.substr(a.find(':') + 1), nullptr, 16));
+    };
+    if (port(local) == serverPort && port(remote) == clientPort)
+      return static_cast<int>(std::stoul(state, nullptr, 16));
+  }
+  return -1;
+}
+
+uint16_t localPort(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
 TEST_F(TcpStoreTest, ParkedClientThatLeavesIsDropped) {
+  // A client parks in a 60 s WAIT, then goes away (its end closes). The server must
+  // notice and close its own end of that connection long before the WAIT would end:
+  // a server that kept it would hold the socket in CLOSE_WAIT until the timeout.
+  uint16_t port = 0;
   {
     net::Fd fd = raw();
+    port = localPort(fd.get());
+    ASSERT_NE(port, 0);
     storeproto::Request r;
     r.command = storeproto::Command::Wait;
     r.keys = {"never"};
@@ -424,8 +496,20 @@ TEST_F(TcpStoreTest, ParkedClientThatLeavesIsDropped) {
     Bytes frame;
     storeproto::encodeRequest(r, &frame);
     sendBytes(fd.get(), frame);
-    std::this_thread::sleep_for(20ms);
+    const auto parked = Clock::now();
+    while (serverSideState(server->port(), port) != 0x01 && msSince(parked) < 5000)
+      std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(serverSideState(server->port(), port), 0x01) << "no connection from the client";
+    std::this_thread::sleep_for(50ms);  // parked in its WAIT by now
   }
+  const auto left = Clock::now();
+  int state = serverSideState(server->port(), port);
+  while (state != -1 && msSince(left) < 5000) {
+    std::this_thread::sleep_for(5ms);
+    state = serverSideState(server->port(), port);
+  }
+  EXPECT_EQ(state, -1) << "5 s after the client left, the server still holds its connection "
+                       << "(state " << state << ")";
   expectServerStillServes();
   client()->setString("never", "now it exists");  // waking a departed waiter is harmless
   expectServerStillServes();

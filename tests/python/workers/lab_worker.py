@@ -92,13 +92,14 @@ def skip(c, timeout_s):
     emit(error=None)
 
 
-def reorder(c, timeout_s):
-    """Rank 0 runs all-reduce then broadcast, the others broadcast then all-reduce."""
-    timeout_s = float(timeout_s)
+def reorder(c, timeout_s, culprit):
+    """Every rank runs all-reduce then broadcast but `culprit`, which runs them the other
+    way round."""
+    timeout_s, culprit = float(timeout_s), int(culprit)
     x = np.ones(4, dtype=np.float32)
     t0 = time.monotonic()
     try:
-        if c.rank == 0:
+        if c.rank != culprit:
             c.all_reduce(x, timeout=timeout_s)
             c.broadcast(x, 0, timeout=timeout_s)
         else:
