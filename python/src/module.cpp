@@ -455,6 +455,22 @@ void bindCommunicator(py::module_& m) {
           },
           py::arg("timeout_ms") = py::none())
       .def_property_readonly("original_ranks", &tccl::Communicator::originalRanks)
+      .def(
+          "split",
+          [](tccl::Communicator& c, std::optional<int> color, int key) -> py::object {
+            std::optional<tccl::Communicator> child;
+            {
+              py::gil_scoped_release nogil;
+              child = c.split(color.value_or(tccl::Communicator::kNoColor), key);
+            }
+            if (!child) return py::none();
+            return py::cast(CommPtr(new tccl::Communicator(std::move(*child)), deleteComm));
+          },
+          py::arg("color"), py::arg("key") = 0)
+      .def_property_readonly("parent_ranks", &tccl::Communicator::parentRanks)
+      .def_property_readonly("world_ranks", &tccl::Communicator::worldRanks)
+      .def_property_readonly("attached_communicators", &tccl::Communicator::attachedCommunicators)
+      .def_readonly_static("NO_COLOR", &tccl::Communicator::kNoColor)
       .def("stats", [](const tccl::Communicator& c) { return toDict(c.stats()); })
       .def("reset_stats", &tccl::Communicator::resetStats)
       .def("last_call", [](const tccl::Communicator& c) { return toDict(c.lastCall()); })
