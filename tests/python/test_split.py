@@ -15,6 +15,20 @@ def test_split(world):
         assert r.stdout.strip().splitlines()[-1].startswith("OK "), repr(r)
 
 
+def test_killed_rank_in_a_child_is_named_in_three_numberings():
+    results = run_ranks("split_worker.py", 6, args=["kill"], timeout=60)
+    assert results[3].returncode == -9, repr(results[3])
+    for r in results[:3] + results[4:]:
+        assert r.returncode == 0, repr(r)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        if r.rank % 2 == 0:
+            assert out == {"member": False}
+            continue
+        # World 3 is child rank 1 (child 0 = world 5, 1 = world 3, 2 = world 1).
+        assert out["culprit"] == 1, out
+        assert "rank 1 (parent rank 3, world rank 3)" in out["error"], out
+
+
 def _torch_results(world, args, timeout):
     pytest.importorskip("torch")
     pytest.importorskip("tccl._tccl_torch")

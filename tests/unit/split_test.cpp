@@ -5,9 +5,13 @@
 // after shrink. (Processes and the torch backend: tests/python/test_split.py.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -332,4 +336,52 @@ TEST(Split, CreateGroupOverlappingGroupsInGivenOrder) {
     EXPECT_THROW(world.createGroup({0, 5}, "e"), InvalidArgumentError);
     EXPECT_THROW(world.createGroup({}, "f"), InvalidArgumentError);
   });
+}
+
+// The measurement of docs/PERFORMANCE.md, "Split cost" (skipped unless TCCL_SPLIT_BENCH=1:
+// CI does not time things): ranks as threads; per repetition, interleaved, the time the
+// slowest rank takes to make a child with split (one color for all), with createGroup (all
+// ranks), a fresh communicator instead, and the 16-byte all-gather split runs; then each
+// child's first barrier (connections are lazy in all three). Creation is timed apart from
+// destruction. Medians over the repetitions.
+TEST(Split, SplitCost) {
+  if (std::getenv("TCCL_SPLIT_BENCH") == nullptr) GTEST_SKIP() << "set TCCL_SPLIT_BENCH=1";
+  const int reps = 7;
+  for (int n : {8, 64}) {
+    const char* names[] = {"split",         "createGroup",         "fresh",        "allgather 16 B",
+                           "split barrier", "createGroup barrier", "fresh barrier"};
+    std::vector<std::vector<double>> ms(7);
+    runRanks(n, [&](Communicator& world) {
+      auto timed = [&](size_t slot, const std::function<void()>& f) {
+        world.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count();
+        world.allreduce(&t, 1, DataType::Float64, ReduceOp::Max);
+        if (world.rank() == 0) ms[slot].push_back(t);
+      };
+      std::vector<int> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      for (int rep = 0; rep < reps; ++rep) {
+        std::optional<Communicator> a, b, c;
+        timed(0, [&] { a = world.split(0, world.rank()); });
+        timed(1, [&] { b = world.createGroup(all, "bench" + std::to_string(rep)); });
+        CommOptions o;
+        o.name = "fresh" + std::to_string(rep);
+        timed(2, [&] { c.emplace(world.store(), world.rank(), n, o); });
+        int64_t mine[2] = {0, world.rank()};
+        std::vector<int64_t> got(2 * static_cast<size_t>(n));
+        timed(3, [&] { world.allGather(mine, got.data(), 2, DataType::Int64); });
+        timed(4, [&] { a->barrier(); });
+        timed(5, [&] { b->barrier(); });
+        timed(6, [&] { c->barrier(); });
+      }
+    });
+    std::printf("split cost, world %d (median of %d, slowest rank, ms):", n, reps);
+    for (size_t k = 0; k < ms.size(); ++k) {
+      std::sort(ms[k].begin(), ms[k].end());
+      std::printf(" %s %.2f%s", names[k], ms[k][ms[k].size() / 2], k + 1 < ms.size() ? " |" : "\n");
+    }
+  }
 }

@@ -1,6 +1,15 @@
 """tccl.Communicator.split on one rank (tests/python/test_split.py runs it on N ranks):
 parity halves reversed by key, the last rank left out (color None), a nested split, and
-exact all-reduces on each child. Prints "OK <n checks>"."""
+exact all-reduces on each child. Prints "OK <n checks>".
+
+With argument "kill": the odd ranks split off, reversed (world 5, 3, 1 = child 0, 1, 2 at
+world 6); world rank 3 SIGKILLs itself and the others print the error of their child's
+all_reduce as one JSON line."""
+
+import json
+import os
+import signal
+import sys
 
 import numpy as np
 
@@ -48,5 +57,23 @@ def main():
     print("OK", checks)
 
 
+def kill():
+    comm = tccl.Communicator.from_env(timeout=10.0)
+    r = comm.rank
+    child = comm.split(0 if r % 2 else None, key=-r)
+    if child is None:
+        print(json.dumps({"member": False}))
+        return
+    if r == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = np.ones(1 << 16, dtype=np.float32)
+    try:
+        for _ in range(100):
+            child.all_reduce(x)
+        print(json.dumps({"member": True, "error": None}))
+    except tccl.Error as e:
+        print(json.dumps({"member": True, "error": str(e), "culprit": e.culprit}))
+
+
 if __name__ == "__main__":
-    main()
+    kill() if sys.argv[1:] == ["kill"] else main()
