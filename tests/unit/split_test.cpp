@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tccl/tccl.hpp"
+#include "thread_ranks.hpp"
 
 using namespace tccl;
 using namespace std::chrono_literals;
@@ -27,21 +28,7 @@ namespace {
 
 // Runs fn(comm) on n threads, each with its own root Communicator over a fresh store.
 void runRanks(int n, const std::function<void(Communicator&)>& fn, CommOptions opts = {}) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(store, r, n, opts);
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  tccl::testing::runRanks(n, std::make_shared<HashStore>(), fn, opts);
 }
 
 // A color and key for every rank of a world of n.
