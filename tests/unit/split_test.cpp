@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.hpp"
 #include "tccl/tccl.hpp"
 #include "thread_ranks.hpp"
 
@@ -371,4 +372,55 @@ TEST(Split, SplitCost) {
       std::printf(" %s %.2f%s", names[k], ms[k][ms[k].size() / 2], k + 1 < ms.size() ? " |" : "\n");
     }
   }
+}
+
+TEST(Split, PointToPointOnAChildDialsThroughTheSharedListener) {
+  // World 6, children {0,2,4} and {1,3,5}: every child rank sends to every other, both
+  // directions at once (crossed p2p dials), with tag = sender's child rank.
+  runRanks(6, [](Communicator& world) {
+    const int w = world.rank();
+    auto child = world.split(w % 2, w);
+    ASSERT_TRUE(child);
+    const int r = child->rank(), n = child->size();
+    std::vector<std::vector<int32_t>> in(static_cast<size_t>(n), std::vector<int32_t>(33, -1));
+    std::vector<int32_t> out(33);
+    std::vector<WorkPtr> works;
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      works.push_back(
+          child->recvAsync(in[static_cast<size_t>(p)].data(), 33, DataType::Int32, p, p));
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = w * 1000 + static_cast<int32_t>(i);
+    for (int p = 0; p < n; ++p) {
+      if (p != r) works.push_back(child->sendAsync(out.data(), 33, DataType::Int32, p, r));
+    }
+    for (auto& wk : works) wk->wait();
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      const int from = child->worldRanks()[static_cast<size_t>(p)];
+      for (size_t i = 0; i < 33; ++i) {
+        EXPECT_EQ(in[static_cast<size_t>(p)][i], from * 1000 + static_cast<int32_t>(i));
+      }
+    }
+    EXPECT_EQ(child->listenAddress(), world.listenAddress());
+  });
+}
+
+TEST(Split, AuthenticatedHandshakesOfAChildRunThroughTheHub) {
+  // With a job key every child connection takes the challenge and proof, which the hub
+  // hands to the child after reading the Hello (the proof arrives later).
+  tccl::testing::ScopedEnv key("TCCL_AUTH_KEY",
+                               "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+  runRanks(4, [](Communicator& world) {
+    const int w = world.rank();
+    auto child = world.split(0, -w);
+    ASSERT_TRUE(child);
+    std::vector<int64_t> v(100, w);
+    child->allreduce(std::span<int64_t>(v));
+    for (int64_t e : v) EXPECT_EQ(e, 6);
+    int64_t x = 1;
+    child->send(&x, 1, DataType::Int64, (child->rank() + 1) % 4, 7);
+    child->recv(&x, 1, DataType::Int64, (child->rank() + 3) % 4, 7);
+    EXPECT_EQ(x, 1);
+  });
 }
