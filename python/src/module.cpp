@@ -76,6 +76,13 @@ void setErrorFields(py::object& exc, const tccl::ErrorInfo& i) {
   exc.attr("detected_by") = orNone(i.detectedBy);
   exc.attr("local_signature") = orNone(i.localSignature);
   exc.attr("remote_signature") = orNone(i.remoteSignature);
+  // A sub-communicator's ranks in its parent's and the world's numbering (else None).
+  exc.attr("rank_parent") = orNone(i.rankAlso.parent);
+  exc.attr("rank_world") = orNone(i.rankAlso.world);
+  exc.attr("peer_parent") = orNone(i.peerAlso.parent);
+  exc.attr("peer_world") = orNone(i.peerAlso.world);
+  exc.attr("culprit_parent") = orNone(i.culpritAlso.parent);
+  exc.attr("culprit_world") = orNone(i.culpritAlso.world);
 }
 
 PyObject* errorClass(tccl::ErrorKind kind) {

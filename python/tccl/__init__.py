@@ -55,6 +55,7 @@ _FIELDS = (
     "kind", "message", "rank", "peer", "peer_address", "collective", "seq", "algorithm",
     "phase", "step", "steps", "bytes_moved", "bytes_expected", "elapsed_ms", "timeout_ms",
     "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature",
+    "rank_parent", "rank_world", "peer_parent", "peer_world", "culprit_parent", "culprit_world",
 )
 
 

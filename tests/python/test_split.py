@@ -26,6 +26,8 @@ def test_killed_rank_in_a_child_is_named_in_three_numberings():
             continue
         # World 3 is child rank 1 (child 0 = world 5, 1 = world 3, 2 = world 1).
         assert out["culprit"] == 1, out
+        assert (out["culprit_parent"], out["culprit_world"]) == (3, 3), out
+        assert out["rank_world"] == r.rank, out
         assert "rank 1 (parent rank 3, world rank 3)" in out["error"], out
 
 

@@ -72,7 +72,9 @@ def kill():
             child.all_reduce(x)
         print(json.dumps({"member": True, "error": None}))
     except tccl.Error as e:
-        print(json.dumps({"member": True, "error": str(e), "culprit": e.culprit}))
+        print(json.dumps({"member": True, "error": str(e), "culprit": e.culprit,
+                          "culprit_parent": e.culprit_parent, "culprit_world": e.culprit_world,
+                          "rank_world": e.rank_world}))
 
 
 if __name__ == "__main__":
