@@ -277,10 +277,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   if (p.stage == Stage::AwaitHello) {
     if (!hub_ && h.jobId == cfg_.jobId && h.commId != cfg_.commId) {
       // Meant for a sub-communicator of this process: its handshake and link are its own.
-      if (Transport* child = childFor(h.commId)) {
-        child->adoptIncoming(std::make_unique<Pending>(std::move(p)), h);
-        return true;  // the moved-from entry is dropped; its descriptor went along
-      }
+      if (routeToChild(p, h)) return true;  // the moved-from entry is dropped
     }
     wire::RejectReason reason =
         wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);

@@ -191,8 +191,9 @@ class Transport : public LinkProvider {
   // serviceRound's work on this transport's own pending connections (a hub's service
   // thread runs it for each child too, with the child's mu_ held): appends their fds.
   void servicePending(std::vector<pollfd>& fds);
-  // Hub: the registered child with this communicator id, else null (childMu_ taken).
-  Transport* childFor(uint64_t commId) const;
+  // Hub: hands the connection whose Hello `h` was just read to the registered child with
+  // that communicator id (p is moved from); false if there is none. Takes childMu_.
+  bool routeToChild(Pending& p, const wire::Hello& h);
   // Child: takes over an incoming connection whose Hello `h` the hub read (takes mu_).
   void adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h);
   // Wakes the service thread that serves this transport (the hub's for a child).

@@ -106,12 +106,16 @@ void Transport::wakeService() {
   (void)r;
 }
 
-Transport* Transport::childFor(uint64_t commId) const {
+bool Transport::routeToChild(Pending& p, const wire::Hello& h) {
+  // childMu_ is held while the child takes the connection, so that the child cannot
+  // unregister (and be destroyed) in between.
   std::lock_guard<std::mutex> lk(childMu_);
   for (Transport* c : children_) {
-    if (c->cfg_.commId == commId) return c;
+    if (c->cfg_.commId != h.commId) continue;
+    c->adoptIncoming(std::make_unique<Pending>(std::move(p)), h);
+    return true;
   }
-  return nullptr;
+  return false;
 }
 
 void Transport::adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h) {
