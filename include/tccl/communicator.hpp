@@ -277,6 +277,36 @@ class Communicator {
   // The old ranks of this communicator's members (identity unless it came from shrink).
   const std::vector<int>& originalRanks() const;
 
+  // ---- sub-communicators (docs/collectives.md, "Sub-communicators") ---------------------
+  // MPI_Comm_split: every rank of this communicator calls it (it is a collective, in
+  // this communicator's order: it runs an all-gather of (color, key)); the ranks that
+  // pass the same color form a child, ranked by key, ties by their rank here. A rank
+  // passing kNoColor joins no child and gets std::nullopt. Any other negative color is
+  // an InvalidArgumentError on every rank, naming the rank that passed it. The child
+  // shares this communicator's store, listener, heartbeat thread and job; it has its
+  // own connections, sequence numbers and failure state, so it runs concurrently with
+  // its parent and siblings, and it outlives its parent if need be.
+  static constexpr int kNoColor = -1;
+  std::optional<Communicator> split(int color, int key = 0);
+  // The same child, built from a member list that every member already knows
+  // (MPI_Comm_create_group; torch.distributed.new_group, whose non-members never call
+  // in): collective over `ranks` only, which become child ranks 0, 1, ... in the order
+  // given. `tag` names the child in the store: the same on every member, never reused
+  // with this parent. A rank not in `ranks` gets std::nullopt at once. Repeated or
+  // out-of-range ranks and an empty list or tag are an InvalidArgumentError. timeout:
+  // the child's default deadline (default: this communicator's).
+  std::optional<Communicator> createGroup(
+      const std::vector<int>& ranks, const std::string& tag,
+      std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // A sub-communicator's (split or shrink) ranks in its parent's numbering, and in the
+  // world's (the communicator made by the constructor, at the root of the family);
+  // identity for that root. Errors of a sub-communicator name ranks in all three.
+  const std::vector<int>& parentRanks() const;
+  const std::vector<int>& worldRanks() const;
+  // Communicators attached to this one's listener, besides its family's root (for tests
+  // and the measurements of docs/PERFORMANCE.md).
+  size_t attachedCommunicators() const;
+
   // Number of collectives issued so far (the next one's sequence number).
   int64_t sequence() const;
   const std::shared_ptr<Store>& store() const;
@@ -285,6 +315,7 @@ class Communicator {
 
  private:
   struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
   // Validates, numbers and runs (or queues) one call.
   WorkPtr issue(PreparedCall&& call, bool async);
   std::unique_ptr<Impl> impl_;

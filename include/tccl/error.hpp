@@ -49,6 +49,14 @@ struct ErrorInfo {
   // Mismatch: this rank's call and the culprit's ("allreduce #4 f32 x1024 sum").
   std::string localSignature;
   std::string remoteSignature;
+  // On a sub-communicator (split, shrink): this rank, the peer and the culprit in the
+  // parent's and the world's numbering (rank, peer and culprit above are the
+  // sub-communicator's). -1: not a sub-communicator, or no such rank.
+  struct OtherNumbering {
+    int parent = -1;
+    int world = -1;
+  };
+  OtherNumbering rankAlso, peerAlso, culpritAlso;
 };
 
 class Error : public std::runtime_error {

@@ -76,6 +76,13 @@ void setErrorFields(py::object& exc, const tccl::ErrorInfo& i) {
   exc.attr("detected_by") = orNone(i.detectedBy);
   exc.attr("local_signature") = orNone(i.localSignature);
   exc.attr("remote_signature") = orNone(i.remoteSignature);
+  // A sub-communicator's ranks in its parent's and the world's numbering (else None).
+  exc.attr("rank_parent") = orNone(i.rankAlso.parent);
+  exc.attr("rank_world") = orNone(i.rankAlso.world);
+  exc.attr("peer_parent") = orNone(i.peerAlso.parent);
+  exc.attr("peer_world") = orNone(i.peerAlso.world);
+  exc.attr("culprit_parent") = orNone(i.culpritAlso.parent);
+  exc.attr("culprit_world") = orNone(i.culpritAlso.world);
 }
 
 PyObject* errorClass(tccl::ErrorKind kind) {
@@ -455,6 +462,22 @@ void bindCommunicator(py::module_& m) {
           },
           py::arg("timeout_ms") = py::none())
       .def_property_readonly("original_ranks", &tccl::Communicator::originalRanks)
+      .def(
+          "split",
+          [](tccl::Communicator& c, std::optional<int> color, int key) -> py::object {
+            std::optional<tccl::Communicator> child;
+            {
+              py::gil_scoped_release nogil;
+              child = c.split(color.value_or(tccl::Communicator::kNoColor), key);
+            }
+            if (!child) return py::none();
+            return py::cast(CommPtr(new tccl::Communicator(std::move(*child)), deleteComm));
+          },
+          py::arg("color"), py::arg("key") = 0)
+      .def_property_readonly("parent_ranks", &tccl::Communicator::parentRanks)
+      .def_property_readonly("world_ranks", &tccl::Communicator::worldRanks)
+      .def_property_readonly("attached_communicators", &tccl::Communicator::attachedCommunicators)
+      .def_readonly_static("NO_COLOR", &tccl::Communicator::kNoColor)
       .def("stats", [](const tccl::Communicator& c) { return toDict(c.stats()); })
       .def("reset_stats", &tccl::Communicator::resetStats)
       .def("last_call", [](const tccl::Communicator& c) { return toDict(c.lastCall()); })

@@ -315,6 +315,11 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
         std::make_unique<tccl::Communicator>(std::make_shared<TorchStore>(store), rank, size, o);
     init();
   }
+  // A group of another's communicator (new_group: Communicator::createGroup).
+  explicit ProcessGroupTccl(std::unique_ptr<tccl::Communicator> comm)
+      : c10d::ProcessGroup(comm->rank(), comm->size()), comm_(std::move(comm)) {
+    init();
+  }
   // Destroying the communicator waits for its progress thread: not with the GIL held.
   ~ProcessGroupTccl() override {
     if (Py_IsInitialized() && PyGILState_Check()) {
@@ -602,6 +607,38 @@ PYBIND11_MODULE(_tccl_torch, m) {
       },
       py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
       py::arg("listen_address") = "", py::call_guard<py::gil_scoped_release>());
+  // torch's new_group on a member (torch never calls non-members): a child of `parent`'s
+  // communicator over `ranks` (parent ranks, in group-rank order) instead of a new
+  // communicator, so the group shares the parent's listener, store and heartbeat thread
+  // (docs/python.md, "new_group"). None when `parent` is not a tccl group.
+  m.def(
+      "create_subgroup",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& parent, const std::vector<int>& ranks,
+         const std::string& tag, std::optional<int64_t> timeoutMs) -> py::object {
+        auto* t = dynamic_cast<ProcessGroupTccl*>(parent.get());
+        if (t == nullptr) return py::none();
+        std::optional<Millis> timeout;
+        if (timeoutMs) timeout = Millis(*timeoutMs);
+        std::optional<tccl::Communicator> child;
+        {
+          py::gil_scoped_release nogil;
+          child = t->communicator().createGroup(ranks, tag, timeout);
+        }
+        if (!child) {
+          invalid("new_group: this rank is not in the group's ranks", t->getRank());
+        }
+        c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<ProcessGroupTccl>(
+            std::make_unique<tccl::Communicator>(std::move(*child)));
+        return py::cast(pg);
+      },
+      py::arg("parent"), py::arg("ranks"), py::arg("tag"), py::arg("timeout_ms"));
+  // How many communicators share a tccl group's listener besides the family's root.
+  m.def("attached_communicators",
+        [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> py::object {
+          auto* t = dynamic_cast<ProcessGroupTccl*>(pg.get());
+          if (t == nullptr) return py::none();
+          return py::int_(t->communicator().attachedCommunicators());
+        });
   // Byte counters of a tccl process group (None for any other backend).
   m.def("stats", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> py::object {
     auto* t = dynamic_cast<ProcessGroupTccl*>(pg.get());

@@ -55,6 +55,7 @@ _FIELDS = (
     "kind", "message", "rank", "peer", "peer_address", "collective", "seq", "algorithm",
     "phase", "step", "steps", "bytes_moved", "bytes_expected", "elapsed_ms", "timeout_ms",
     "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature",
+    "rank_parent", "rank_world", "peer_parent", "peer_world", "culprit_parent", "culprit_world",
 )
 
 
@@ -390,6 +391,36 @@ class Communicator:
     def original_ranks(self):
         """The first communicator's ranks of this one's members."""
         return list(self._c.original_ranks)
+
+    # -- sub-communicators (docs/python.md, "Sub-communicators") --
+
+    NO_COLOR = -1
+
+    def split(self, color, key=0):
+        """MPI_Comm_split: every rank calls it; ranks passing the same color form a new
+        Communicator, ranked by key (ties: by rank here). A rank passing None (or
+        NO_COLOR) joins none and gets None. The child shares this communicator's store,
+        listener and heartbeat thread, and runs concurrently with it."""
+        if color is not None and not isinstance(color, int):
+            raise TypeError("split: color must be an int or None, not %s" % type(color).__name__)
+        child = self._c.split(color, int(key))
+        return None if child is None else Communicator(None, 0, 0, _impl=child)
+
+    @property
+    def parent_ranks(self):
+        """This communicator's ranks in its parent's numbering (split, shrink)."""
+        return list(self._c.parent_ranks)
+
+    @property
+    def world_ranks(self):
+        """This communicator's ranks in the world's numbering: the communicator built by
+        the constructor, at the root of its split/shrink family."""
+        return list(self._c.world_ranks)
+
+    @property
+    def attached_communicators(self):
+        """Communicators sharing this one's listener, besides the family's root."""
+        return self._c.attached_communicators
 
     def stats(self):
         """Byte counters since construction: {"total": {...}, "per_peer": {rank: {...}}}."""

@@ -37,17 +37,54 @@ def _listen_address():
         return ""
 
 
-def _create(store, rank, world_size, timeout):
+def _timeout_ms(timeout):
     # None: the communicator's default; 0 or less is refused (it would wait forever).
-    timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else None
-    return _tccl_torch.create_process_group(store, rank, world_size, timeout_ms,
+    return int(timeout.total_seconds() * 1000) if timeout is not None else None
+
+
+def _create(store, rank, world_size, timeout):
+    return _tccl_torch.create_process_group(store, rank, world_size, _timeout_ms(timeout),
                                             _listen_address())
+
+
+def _default_group():
+    try:
+        return dist.distributed_c10d._get_default_group()
+    except RuntimeError:  # not initialised: this call creates it
+        return None
+
+
+def _create_extended(opts, pg_options=None):
+    """torch's creator with the extended API, which names the group's global ranks: a
+    new_group becomes a child of the default group's communicator (Communicator::
+    createGroup), sharing its listener, store and heartbeat thread, instead of a new
+    communicator with its own. The default group itself, or a group under a default
+    group of another backend, gets a communicator of its own."""
+    del pg_options  # tccl takes no backend options
+    ranks = list(opts.global_ranks_in_group)
+    default = _default_group() if ranks else None
+    if default is not None:
+        if opts.group_rank != ranks.index(default.rank()):
+            raise RuntimeError("tccl new_group: group rank %d is not this rank's index in %s"
+                               % (opts.group_rank, ranks))
+        pg = _tccl_torch.create_subgroup(default, ranks, str(opts.group_id),
+                                         _timeout_ms(opts.timeout))
+        if pg is not None:
+            return pg
+    return _create(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
 def register():
     """Registers the backend once (idempotent)."""
     if BACKEND.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, _create)
+        dist.Backend.register_backend(BACKEND, _create_extended, extended_api=True)
+
+
+def attached_communicators(group=None):
+    """How many communicators share the listener of a tccl group's family (new_group
+    children of the default group), besides the default group's own."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tccl_torch.attached_communicators(pg)
 
 
 def stats(group=None):

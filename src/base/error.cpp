@@ -28,9 +28,23 @@ std::string_view toString(ErrorKind k) {
   return "?";
 }
 
+namespace {
+
+// " (parent rank 3, world rank 5)" for a sub-communicator's rank, else nothing.
+std::string alsoKnownAs(const ErrorInfo::OtherNumbering& n) {
+  if (n.parent < 0 && n.world < 0) return "";
+  std::string s = " (";
+  if (n.parent >= 0) s += "parent rank " + std::to_string(n.parent);
+  if (n.world >= 0)
+    s += (n.parent >= 0 ? ", " : "") + std::string("world rank ") + std::to_string(n.world);
+  return s + ")";
+}
+
+}  // namespace
+
 std::string Error::format(const ErrorInfo& i) {
   std::ostringstream os;
-  if (i.rank >= 0) os << "[rank " << i.rank << "] ";
+  if (i.rank >= 0) os << "[rank " << i.rank << alsoKnownAs(i.rankAlso) << "] ";
   os << toString(i.kind);
   if (!i.collective.empty()) {
     os << " in " << i.collective;
@@ -47,14 +61,14 @@ std::string Error::format(const ErrorInfo& i) {
     }
   }
   if (i.peer >= 0) {
-    os << " with rank " << i.peer;
+    os << " with rank " << i.peer << alsoKnownAs(i.peerAlso);
     if (!i.peerAddress.empty()) os << " (" << i.peerAddress << ")";
   } else if (!i.peerAddress.empty()) {
     os << " with " << i.peerAddress;
   }
   os << ": " << i.message;
   if (i.culprit >= 0 && i.culprit != i.peer) {
-    os << "; culprit rank " << i.culprit;
+    os << "; culprit rank " << i.culprit << alsoKnownAs(i.culpritAlso);
     if (!i.culpritAddress.empty()) os << " (" << i.culpritAddress << ")";
   }
   if (i.detectedBy >= 0 && i.detectedBy != i.rank) os << "; detected by rank " << i.detectedBy;

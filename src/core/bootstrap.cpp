@@ -210,19 +210,22 @@ void Communicator::Impl::openTransport() {
   if (auto* tcp = dynamic_cast<TcpStore*>(b.userStore.get())) route = tcp->localAddress();
   tc.listenAddress = bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store,
                                                     b.rank, b.size, b.timeout);
-  b.transport = std::make_unique<Transport>(tc, b.store);
+  b.transport = std::make_shared<Transport>(tc, b.store);
+  b.hub = b.transport;  // this communicator is its family's root
   b.topology =
       std::make_unique<Topology>(b.store, b.rank, b.size, b.transport->listenAddress(), b.timeout);
   b.joined = true;
   b.originalRanks.resize(static_cast<size_t>(b.size));
   for (int r = 0; r < b.size; ++r) b.originalRanks[static_cast<size_t>(r)] = r;
+  b.parentRanks = b.originalRanks;
+  b.worldRanks = b.originalRanks;
 }
 
 void Communicator::Impl::leaveStore() noexcept {
   if (!boot.joined) return;  // the constructor failed: this rank never joined
   try {
     int64_t left = boot.store->add(bootstrap::kExitedKey, 1);
-    if (!boot.ownedServer) return;
+    if (!boot.ownedServer || !boot.waitForExits) return;
     // After a failure the culprit may never count itself out: wait less, and for
     // one rank fewer.
     const bool failed = currentAbortCause().has_value();

@@ -8,10 +8,13 @@
 //                     failure_protocol.cpp  claim/cause, verdicts, signatures, abort, shrink
 //                     failure.hpp       every store key and record of the protocol
 //   bootstrap         bootstrap.cpp     settings, job record, transport, topology, leaving
+//   sub-communicators split.cpp         split, and the attached construction split and
+//                                       shrink share (one listener, one heartbeat thread)
 //
 // Locks, in the only order they may nest: queue.issueMu, then exec.execMu, then
 // failure.hbMu; failure.abortMu is a leaf (nothing is taken while it is held), and so is
-// failure.hbMu. The progress thread never holds issueMu and execMu together.
+// failure.hbMu. The progress thread never holds issueMu and execMu together. The family's
+// HeartbeatHub::mu is taken before a member's hbMu, never after.
 #pragma once
 
 #include <array>
@@ -44,6 +47,8 @@ namespace tccl {
 struct CallPlan;  // one call's schedule and executor context (progress.cpp)
 
 struct Communicator::Impl {
+  class HeartbeatHub;  // below
+
   // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp; docs/errors.md) ----------
   // Declared first, so destroyed last: the transport holds pointers to abortFlag and
   // wakeFd until it is gone.
@@ -60,12 +65,13 @@ struct Communicator::Impl {
     // The heartbeat thread's own connection when the store is a TcpStore, so that a
     // long store wait on the caller's thread never holds up a heartbeat.
     std::shared_ptr<Store> hbStore;
-    std::thread heartbeat;
-    // hbMu guards hbStop, running, planPeriod, recent, enteredSeq and completedSeq; a
-    // leaf lock.
+    // The connection under hbStore (shared by the family: the hub's thread is its one
+    // user but for describePeerHealth; TcpStore serialises its callers).
+    std::shared_ptr<Store> hbRaw;
+    std::shared_ptr<HeartbeatHub> hbHub;  // the family's heartbeat thread
+    bool hbMember = false;                // registered with hbHub
+    // hbMu guards running, planPeriod, recent, enteredSeq and completedSeq; a leaf lock.
     std::mutex hbMu;
-    std::condition_variable hbCv;
-    bool hbStop = false;
     Running running;
     // The period while a collective is planned (its hosts read) before it is entered:
     // the others judge this rank by the call's period from its start.
@@ -84,7 +90,11 @@ struct Communicator::Impl {
   struct Boot {
     std::shared_ptr<Store> userStore;
     std::shared_ptr<Store> store;  // namespaced: tccl/<name>/
-    std::unique_ptr<TcpStoreServer> ownedServer;
+    // The store server this process hosts (fromEnv); shared by the sub-communicators,
+    // which need the store as long as they live. waitForExits: this communicator is the
+    // one that waits, at destruction, until every rank has counted itself out.
+    std::shared_ptr<TcpStoreServer> ownedServer;
+    bool waitForExits = false;
     bool joined = false;  // construction completed
     int rank = 0;
     int size = 1;
@@ -96,7 +106,16 @@ struct Communicator::Impl {
     algo::LinkModel model;                  // rank 0's (the job record)
     uint64_t jobId = 0;
     std::vector<int> originalRanks;
-    std::unique_ptr<Transport> transport;
+    // Each rank's rank in the parent's and in the world's numbering (the world: the
+    // family's root, made by the constructor); identity for the root (sub == false).
+    std::vector<int> parentRanks;
+    std::vector<int> worldRanks;
+    bool sub = false;  // made by split or shrink
+    int splits = 0;    // split() calls so far (each names its children's namespace)
+    // This communicator's transport, and the family's hub (the root's transport, which
+    // owns the one listener and service thread; the same object for the root).
+    std::shared_ptr<Transport> transport;
+    std::shared_ptr<Transport> hub;
     std::unique_ptr<Topology> topology;  // which ranks share a host (core/topology.hpp)
   } boot;
 
@@ -127,7 +146,11 @@ struct Communicator::Impl {
     int64_t seq = 0;    // the next collective's number
     bool busy = false;  // the progress thread runs a call
     bool stopping = false;
+    // The progress thread: started by the first asynchronous call, it ends after
+    // kProgressLinger without work (so idle sub-communicators hold no thread) and the
+    // next one starts it again. progressRunning: it has not decided to end.
     std::thread progress;
+    bool progressRunning = false;
     CallStats last;  // the last blocking call's (written and read by the issuing thread)
   } queue;
 
@@ -142,6 +165,18 @@ struct Communicator::Impl {
   // (fromEnv with MASTER_ADDR) waits, for a bounded time, until every rank has, so that
   // its exit does not pull the store from under ranks still using it.
   void leaveStore() noexcept;
+
+  // ---- sub-communicators (split.cpp) -----------------------------------------------------
+  // A communicator over `members` (ranks of this one, in their new order) named `name`,
+  // attached to this one's family: the same store, listener, heartbeat thread, job and
+  // settings. This rank is members[newRank]. Collective over the members.
+  // timeout: the child's default deadline (default: this one's).
+  std::unique_ptr<Impl> attachChild(
+      const std::string& name, const std::vector<int>& members, int newRank,
+      std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
+  // Fills a sub-communicator's error with the parent and world ranks of this rank, the
+  // peer and the culprit (ErrorInfo::self/peerAlso/culpritAlso).
+  void nameRanks(ErrorInfo& info) const;
 
   // ---- validation (validate.cpp) ---------------------------------------------------------
   // Checks a call's arguments and settles its algorithm (but auto all-reduce, which
@@ -173,10 +208,13 @@ struct Communicator::Impl {
   Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms) const;
 
   // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp) ---------------------------
-  void startFailureWatch();
-  void startHeartbeat();
+  void startFailureWatch(const std::shared_ptr<HeartbeatHub>& hub = nullptr,
+                         const std::shared_ptr<Store>& hbRaw = nullptr);
+  void startHeartbeat(const std::shared_ptr<HeartbeatHub>& hub,
+                      const std::shared_ptr<Store>& hbRaw);
   void stopHeartbeat();
-  void heartbeatLoop();
+  // The member's period now (its own, or its running or planned call's if shorter).
+  std::chrono::milliseconds currentPeriod();
   // One period's work: publish this rank's record, adopt a cause another rank decided.
   void publishHeartbeat(int64_t beat);
   // Inside collective #entered for a full period: compare what the ranks inside it run.
@@ -235,6 +273,37 @@ struct Communicator::Impl {
   P2PHandle makeP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
                     const CollectiveOptions& o, P2PCompletion done);
   std::vector<int> agreeOnSurvivors(std::chrono::milliseconds wait);
+};
+
+// One heartbeat thread for a family of communicators: the root one (made by the public
+// constructor) and every communicator split or shrunk from it in this process. It beats
+// each member on that member's own period (heartbeat.cpp), so that sub-communicators add
+// no thread. Held by every member; the thread ends with the last.
+class Communicator::Impl::HeartbeatHub {
+ public:
+  ~HeartbeatHub();
+  // Starts beating `m` (and the thread, on the first member).
+  void add(Communicator::Impl* m);
+  // Stops beating `m`; waits while the thread is beating it.
+  void remove(Communicator::Impl* m);
+  // A member's period became shorter (a call with a shorter timeout began).
+  void poke();
+
+ private:
+  void loop();
+  struct Member {
+    Communicator::Impl* impl = nullptr;
+    int64_t beat = 0;
+    int64_t stuckSeq = -1;  // the collective this member has been inside for a while
+    int stuckBeats = 0;
+    std::chrono::steady_clock::time_point last;  // when it last beat
+  };
+  std::mutex mu;  // guards everything here
+  std::condition_variable cv;
+  std::vector<Member> members;
+  Communicator::Impl* busy = nullptr;  // being beaten now, outside mu
+  bool stop = false;
+  std::thread thread;
 };
 
 }  // namespace tccl

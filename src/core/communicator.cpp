@@ -69,6 +69,7 @@ Communicator Communicator::fromEnv(CommOptions options) {
   auto store = std::make_shared<TcpStore>(env.storeHost, env.storePort, connectTimeout);
   Communicator comm(store, env.rank, env.worldSize, std::move(options));
   comm.impl_->boot.ownedServer = std::move(server);
+  comm.impl_->boot.waitForExits = comm.impl_->boot.ownedServer != nullptr;
   return comm;
 }
 
@@ -86,9 +87,12 @@ Communicator::Impl::~Impl() {
   }
   stopHeartbeat();
   leaveStore();
+  // The family's hub transport may outlive this communicator (its children hold it).
+  if (boot.transport) boot.transport->setInterrupt(-1, nullptr);
   if (failure.wakeFd >= 0) ::close(failure.wakeFd);
 }
 
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
@@ -309,16 +313,18 @@ Communicator Communicator::shrink(std::optional<std::chrono::milliseconds> timeo
                "shrink: this rank arrived after the survivors had agreed on the members",
                m.boot.rank);
   }
-  CommOptions o = m.boot.options;
-  o.name = m.boot.options.name + ".shrink" + std::to_string(m.failure.shrinks - 1);
+  const std::string name = m.boot.options.name + ".shrink" + std::to_string(m.failure.shrinks - 1);
   const int newRank = static_cast<int>(me - members.begin());
   TCCL_INFO("shrink: " << members.size() << " of " << m.boot.size << " ranks remain; rank "
                        << m.boot.rank << " becomes " << newRank);
-  Communicator next(m.boot.userStore, newRank, static_cast<int>(members.size()), o);
+  // Attached to this family (split.cpp): the same listener and heartbeat thread.
+  Communicator next(m.attachChild(name, members, newRank));
   for (size_t i = 0; i < members.size(); ++i)
     next.impl_->boot.originalRanks[i] = m.boot.originalRanks[static_cast<size_t>(members[i])];
-  // A store server this rank hosts must outlive the new communicator too.
-  next.impl_->boot.ownedServer = std::move(m.boot.ownedServer);
+  // A store server this rank hosts must outlive the new communicator too, which now
+  // waits for the survivors' exits in its place.
+  next.impl_->boot.waitForExits = m.boot.waitForExits;
+  m.boot.waitForExits = false;
   return next;
 }
 

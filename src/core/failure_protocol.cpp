@@ -50,11 +50,13 @@ std::optional<ErrorInfo> Communicator::Impl::currentAbortCause() const {
 void Communicator::Impl::checkUsable() const {
   std::lock_guard<std::mutex> lk(failure.abortMu);
   if (!failure.abortCause) return;
-  ErrorInfo info = *failure.abortCause;
+  ErrorInfo cause = *failure.abortCause;
+  nameRanks(cause);  // its ranks are this communicator's, whoever decided it
+  ErrorInfo info = cause;
   info.kind = ErrorKind::Aborted;
-  info.message =
-      "communicator aborted because of earlier error: " + Error::format(*failure.abortCause);
+  info.message = "communicator aborted because of earlier error: " + Error::format(cause);
   info.rank = boot.rank;
+  nameRanks(info);
   throwError(std::move(info));
 }
 
@@ -250,6 +252,7 @@ void Communicator::Impl::failCall(const Error& e, const PreparedCall& call, cons
   abortPeers(local, known, call.seq);
   const ErrorInfo cause = known ? *known : decideCause(local, call, what, claimed);
   ErrorInfo out = asSeenHere(local, cause, call, what);
+  nameRanks(out);
   setAbortCause(out);
   throwError(std::move(out));
 }

@@ -13,7 +13,8 @@
 
 namespace tccl {
 
-void Communicator::Impl::startFailureWatch() {
+void Communicator::Impl::startFailureWatch(const std::shared_ptr<HeartbeatHub>& hub,
+                                           const std::shared_ptr<Store>& hbRaw) {
   Failure& f = failure;
   f.wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   boot.transport->setInterrupt(f.wakeFd, &f.abortFlag);
@@ -22,34 +23,125 @@ void Communicator::Impl::startFailureWatch() {
     f.fault = FaultSpec::parse(*spec, &err);
     if (!f.fault) throwError(ErrorKind::InvalidArgument, err, boot.rank);
   }
-  startHeartbeat();
+  startHeartbeat(hub, hbRaw);
 }
 
 // Heartbeats: a period a tenth of the timeout, within [50 ms, 1 s]; published once
-// before the constructor returns, so that "no record" means "not running".
-void Communicator::Impl::startHeartbeat() {
+// before the constructor returns, so that "no record" means "not running". A
+// sub-communicator (hub given) beats on its family's thread, over its family's heartbeat
+// connection to the store.
+void Communicator::Impl::startHeartbeat(const std::shared_ptr<HeartbeatHub>& hub,
+                                        const std::shared_ptr<Store>& hbRaw) {
   Failure& f = failure;
+  f.hbHub = hub ? hub : std::make_shared<HeartbeatHub>();
   int64_t period = std::clamp<int64_t>(boot.timeout.count() / 10, 50, 1000);
   if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
   f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
   if (f.hbPeriod.count() == 0) return;
-  f.hbStore = boot.store;
-  if (auto* tcp = dynamic_cast<TcpStore*>(boot.userStore.get())) {
-    f.hbStore = std::make_shared<PrefixStore>("tccl/" + boot.options.name,
-                                              std::make_shared<TcpStore>(tcp->host(), tcp->port()));
+  f.hbRaw = hbRaw;
+  if (!f.hbRaw) {
+    f.hbRaw = boot.userStore;
+    if (auto* tcp = dynamic_cast<TcpStore*>(boot.userStore.get())) {
+      f.hbRaw = std::make_shared<TcpStore>(tcp->host(), tcp->port());
+    }
   }
+  f.hbStore = std::make_shared<PrefixStore>("tccl/" + boot.options.name, f.hbRaw);
   boot.store->setString(failure::keys::heartbeat(boot.rank),
                         failure::encodeHeartbeat(ownHeartbeat(0)));
-  f.heartbeat = std::thread([this] { heartbeatLoop(); });
+  f.hbHub->add(this);
+  f.hbMember = true;
 }
 
 void Communicator::Impl::stopHeartbeat() {
+  if (failure.hbMember) failure.hbHub->remove(this);
+  failure.hbMember = false;
+}
+
+std::chrono::milliseconds Communicator::Impl::currentPeriod() {
+  Failure& f = failure;
+  std::lock_guard<std::mutex> lk(f.hbMu);
+  const bool inCall = f.enteredSeq > f.completedSeq && f.running.period.count() > 0;
+  auto period = inCall ? std::min(f.hbPeriod, f.running.period) : f.hbPeriod;
+  if (f.planPeriod.count() > 0) period = std::min(period, f.planPeriod);
+  return period;
+}
+
+// ---- the family's heartbeat thread ---------------------------------------------------
+
+Communicator::Impl::HeartbeatHub::~HeartbeatHub() {
   {
-    std::lock_guard<std::mutex> lk(failure.hbMu);
-    failure.hbStop = true;
+    std::lock_guard<std::mutex> lk(mu);
+    stop = true;
   }
-  failure.hbCv.notify_all();
-  if (failure.heartbeat.joinable()) failure.heartbeat.join();
+  cv.notify_all();
+  if (thread.joinable()) thread.join();
+}
+
+void Communicator::Impl::HeartbeatHub::add(Communicator::Impl* m) {
+  std::lock_guard<std::mutex> lk(mu);
+  members.push_back(Member{m, 0, -1, 0, std::chrono::steady_clock::now()});
+  if (!thread.joinable()) thread = std::thread([this] { loop(); });
+  cv.notify_all();
+}
+
+void Communicator::Impl::HeartbeatHub::remove(Communicator::Impl* m) {
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return busy != m; });
+  std::erase_if(members, [&](const Member& x) { return x.impl == m; });
+}
+
+void Communicator::Impl::HeartbeatHub::poke() {
+  { std::lock_guard<std::mutex> lk(mu); }
+  cv.notify_all();
+}
+
+// Each member beats one of its periods after its last beat; a member whose period just
+// became shorter (poke) is looked at again at once. One beat: publish the record, adopt
+// a cause another rank decided and, inside one collective for a full period, compare.
+void Communicator::Impl::HeartbeatHub::loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  while (!stop) {
+    const auto now = std::chrono::steady_clock::now();
+    auto next = now + std::chrono::hours(1);
+    Member* due = nullptr;
+    for (Member& x : members) {
+      const auto at = x.last + x.impl->currentPeriod();
+      if (at <= now && due == nullptr) due = &x;
+      next = std::min(next, at);
+    }
+    if (due == nullptr) {
+      cv.wait_until(lk, next);
+      continue;
+    }
+    Communicator::Impl* m = due->impl;
+    busy = m;
+    const int64_t beat = ++due->beat;
+    int64_t entered = -1;
+    bool inside = false;
+    {
+      std::lock_guard<std::mutex> hb(m->failure.hbMu);
+      entered = m->failure.enteredSeq;
+      inside = m->failure.enteredSeq > m->failure.completedSeq;
+    }
+    due->stuckBeats = inside && entered == due->stuckSeq ? due->stuckBeats + 1 : 0;
+    due->stuckSeq = inside ? entered : -1;
+    const bool compare = due->stuckBeats >= 1;
+    lk.unlock();
+    try {
+      m->publishHeartbeat(beat);
+      // From the first full period inside one collective, every period: the others'
+      // records lag by up to a period, so a rank not yet in it is simply not compared.
+      if (compare && !m->failure.abortFlag.load()) m->compareWhileStuck(beat, entered);
+    } catch (const std::exception&) {
+      // The store is unreachable: nothing to publish to; the sockets still tell.
+    }
+    lk.lock();
+    busy = nullptr;
+    for (Member& x : members) {
+      if (x.impl == m) x.last = std::chrono::steady_clock::now();
+    }
+    cv.notify_all();  // a remove() may wait for this member
+  }
 }
 
 failure::Heartbeat Communicator::Impl::ownHeartbeat(int64_t beat) {
@@ -127,7 +219,7 @@ void Communicator::Impl::planCall(const Running& what) {
     faster = what.period.count() > 0 && what.period < f.hbPeriod;
     f.planPeriod = what.period;
   }
-  if (faster) f.hbCv.notify_all();
+  if (faster && f.hbHub) f.hbHub->poke();
 }
 
 void Communicator::Impl::enterCall(int64_t seq, const Running& what) {
@@ -141,48 +233,12 @@ void Communicator::Impl::enterCall(int64_t seq, const Running& what) {
     f.enteredSeq = seq;
     f.recent[static_cast<size_t>(seq) % Failure::kRecent] = {seq, what};
   }
-  if (faster) f.hbCv.notify_all();
+  if (faster && f.hbHub) f.hbHub->poke();
 }
 
 void Communicator::Impl::completeCall(int64_t seq) {
   std::lock_guard<std::mutex> lk(failure.hbMu);
   failure.completedSeq = seq;
-}
-
-void Communicator::Impl::heartbeatLoop() {
-  Failure& f = failure;
-  int64_t beat = 0;
-  int64_t stuckSeq = -1;  // the collective this rank has been inside for a while
-  int stuckBeats = 0;
-  std::unique_lock<std::mutex> lk(f.hbMu);
-  for (;;) {
-    const bool inCall = f.enteredSeq > f.completedSeq && f.running.period.count() > 0;
-    auto period = inCall ? std::min(f.hbPeriod, f.running.period) : f.hbPeriod;
-    if (f.planPeriod.count() > 0) period = std::min(period, f.planPeriod);
-    const int64_t seen = f.enteredSeq;
-    const auto seenPlan = f.planPeriod;
-    // Wake early when a call with a shorter period starts (or is planned).
-    if (f.hbCv.wait_for(lk, period, [&] {
-          return f.hbStop || (f.enteredSeq != seen && f.running.period < period) ||
-                 (f.planPeriod != seenPlan && f.planPeriod.count() > 0 && f.planPeriod < period);
-        }))
-      if (f.hbStop) break;
-    const int64_t entered = f.enteredSeq;
-    const bool inside = f.enteredSeq > f.completedSeq;
-    lk.unlock();
-    ++beat;
-    try {
-      publishHeartbeat(beat);
-      stuckBeats = inside && entered == stuckSeq ? stuckBeats + 1 : 0;
-      stuckSeq = inside ? entered : -1;
-      // From the first full period inside one collective, every period: the others'
-      // records lag by up to a period, so a rank not yet in it is simply not compared.
-      if (stuckBeats >= 1 && !f.abortFlag.load()) compareWhileStuck(beat, entered);
-    } catch (const std::exception&) {
-      // The store is unreachable: nothing to publish to; the sockets still tell.
-    }
-    lk.lock();
-  }
 }
 
 void Communicator::Impl::publishHeartbeat(int64_t beat) {

@@ -21,6 +21,10 @@ struct CallPlan {
 
 // ---- issue order ----------------------------------------------------------------------
 
+// How long the progress thread waits for more work before it ends: long next to the gap
+// between a training step's collectives, short next to a sub-communicator's idle life.
+constexpr std::chrono::milliseconds kProgressLinger{1000};
+
 WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   Impl& m = *impl_;
   m.checkUsable();
@@ -44,7 +48,12 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   auto work =
       std::make_shared<Work>(std::string(algo::spec(call.kind).name), call.seq, m.boot.rank);
   q.pending.emplace_back(std::move(call), work);
-  if (!q.progress.joinable()) q.progress = std::thread([&m] { m.progressLoop(); });
+  if (!q.progressRunning) {
+    // The last one ended for want of work (it takes no lock after saying so): reap it.
+    if (q.progress.joinable()) q.progress.join();
+    q.progress = std::thread([&m] { m.progressLoop(); });
+    q.progressRunning = true;
+  }
   issueLock.unlock();
   q.cv.notify_all();
   if (async) return work;
@@ -59,8 +68,14 @@ void Communicator::Impl::progressLoop() {
     std::pair<PreparedCall, WorkPtr> task;
     {
       std::unique_lock<std::mutex> lk(queue.issueMu);
-      queue.cv.wait(lk, [&] { return queue.stopping || !queue.pending.empty(); });
-      if (queue.pending.empty()) return;  // stopping, and drained
+      queue.cv.wait_for(lk, kProgressLinger,
+                        [&] { return queue.stopping || !queue.pending.empty(); });
+      if (queue.pending.empty()) {
+        // Stopping and drained, or idle for kProgressLinger: a communicator that is not
+        // used (one of many torch groups, say) holds no thread; issue starts a new one.
+        queue.progressRunning = false;
+        return;
+      }
       task = std::move(queue.pending.front());
       queue.pending.pop_front();
       queue.busy = true;

@@ -36,11 +36,44 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
                                              : std::string(" (connections not authenticated)")));
 }
 
+Transport::Transport(TransportConfig config, std::shared_ptr<Store> store,
+                     std::shared_ptr<Transport> hub)
+    : cfg_(std::move(config)), store_(std::move(store)), hub_(std::move(hub)) {
+  if (cfg_.authKeyFromEnv) cfg_.authKey = auth::keyFromEnv();
+  listenAddr_ = hub_->listenAddr_;
+  linkEvent_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!linkEvent_.valid()) {
+    throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
+  }
+  {
+    std::lock_guard<std::mutex> lk(hub_->childMu_);
+    hub_->children_.push_back(this);
+  }
+  // Registered before the address is published: a peer dials this child only once it
+  // read the address, so the hub never sees the child's Hello before it can route it.
+  store_->setString(addrKey(cfg_.rank), listenAddr_);
+  TCCL_INFO("sub-communicator rank " << cfg_.rank << "/" << cfg_.worldSize
+                                     << " shares the listener at " << listenAddr_);
+}
+
+size_t Transport::attachedChildren() const {
+  std::lock_guard<std::mutex> lk(childMu_);
+  return children_.size();
+}
+
 Transport::~Transport() {
+  if (hub_) {
+    // Unregistered first: after this the hub's service thread neither routes to this
+    // child nor services its pending connections.
+    std::lock_guard<std::mutex> lk(hub_->childMu_);
+    std::erase(hub_->children_, this);
+  }
   stopping_.store(true);
-  const uint64_t one = 1;
-  const ssize_t w = ::write(serviceWake_.get(), &one, sizeof one);
-  (void)w;
+  if (serviceWake_.valid()) {
+    const uint64_t one = 1;
+    const ssize_t w = ::write(serviceWake_.get(), &one, sizeof one);
+    (void)w;
+  }
   if (service_.joinable()) service_.join();
   for (std::thread& t : dialers_) {
     if (t.joinable()) t.join();
@@ -241,6 +274,10 @@ void Transport::noteRefusal(int claimedRank, const std::string& address, std::st
 bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
   const bool iHaveKey = cfg_.authKey != nullptr;
   if (p.stage == Stage::AwaitHello) {
+    if (!hub_ && h.jobId == cfg_.jobId && h.commId != cfg_.commId) {
+      // Meant for a sub-communicator of this process: its handshake and link are its own.
+      if (routeToChild(p, h)) return true;  // the moved-from entry is dropped
+    }
     wire::RejectReason reason =
         wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
     const Lane lane = static_cast<Lane>(h.lane);  // checkHello: 0 or 1
@@ -619,7 +656,9 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       waiters_.insert(myWake.get());
     }
     std::vector<pollfd> fds;
-    fds.push_back({listener_.get(), POLLIN, 0});
+    // A child has no listener: its hub's service thread accepts and routes for it.
+    const bool listens = listener_.valid();
+    if (listens) fds.push_back({listener_.get(), POLLIN, 0});
     for (const auto& p : pending_) {
       if (!p->outgoing || p->lane == lane) fds.push_back({p->fd.get(), POLLIN, 0});
     }
@@ -641,7 +680,7 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       const ssize_t r = ::read(myWake.get(), &v, sizeof v);
       (void)r;
     }
-    if (n > 0 && (fds[0].revents & POLLIN)) {
+    if (n > 0 && listens && (fds[0].revents & POLLIN)) {
       const size_t before = pending_.size();
       acceptAll();
       // A thread waiting for another lane watches the new connections too.

@@ -1,6 +1,15 @@
-// The transport: one listening socket per communicator, and at most one TCP
-// connection per peer and lane, opened lazily when an algorithm (lane Collective) or the
-// point-to-point engine (lane P2P) first needs that peer.
+// The transport: one listening socket per process family of communicators, and at most
+// one TCP connection per peer and lane, opened lazily when an algorithm (lane Collective)
+// or the point-to-point engine (lane P2P) first needs that peer.
+//
+// Sub-communicators (Communicator::split, shrink): a child's transport is attached to its
+// family's root transport (the hub), the one made by the Communicator constructor. It has
+// no listener and no service thread of its own: it publishes the hub's address, and the
+// hub's listener and service thread accept every connection, read its Hello, and hand a
+// connection whose communicator id (Hello bytes 16-23) is a registered child's to that
+// child, which runs the rest of the handshake and owns the link. So a process holds one
+// listener and one service thread however many communicators it has (docs/protocol.md,
+// "Sub-communicators"). Lock order: the hub's mu_, then childMu_, then a child's mu_.
 //
 // Connection rule: the lower rank connects, the higher rank accepts. The listener's
 // address is published in the store under "addr/<rank>". Every connection begins with
@@ -69,6 +78,10 @@ class Transport : public LinkProvider {
  public:
   // Opens the listener and publishes its address in `store` (already namespaced).
   Transport(TransportConfig config, std::shared_ptr<Store> store);
+  // A child attached to `hub` (a transport made by the constructor above): publishes
+  // the hub's address and registers with it, so that the hub routes the child's
+  // incoming connections to it. config.jobId must be the hub's; config.commId unique.
+  Transport(TransportConfig config, std::shared_ptr<Store> store, std::shared_ptr<Transport> hub);
   ~Transport() override;
 
   // Makes sure a connection on `lane` to every peer in `peers` exists, connecting to
@@ -123,6 +136,8 @@ class Transport : public LinkProvider {
   // same value last time need not list the links again.
   uint64_t linkEventCount() const { return linkEvents_.load(std::memory_order_acquire); }
   std::vector<int> connectedPeers() const override { return connectedPeers(Lane::Collective); }
+  // Children registered with this hub now (tests, the measurement of docs/PERFORMANCE.md).
+  size_t attachedChildren() const;
 
  private:
   // A connection in its handshake (docs/protocol.md): incoming (we accepted it) or
@@ -179,6 +194,16 @@ class Transport : public LinkProvider {
   // One round of it, with mu_ held: returns the descriptors to wait on.
   void serviceRound(std::vector<pollfd>& fds);
   void acceptAll();
+  // serviceRound's work on this transport's own pending connections (a hub's service
+  // thread runs it for each child too, with the child's mu_ held): appends their fds.
+  void servicePending(std::vector<pollfd>& fds);
+  // Hub: hands the connection whose Hello `h` was just read to the registered child with
+  // that communicator id (p is moved from); false if there is none. Takes childMu_.
+  bool routeToChild(Pending& p, const wire::Hello& h);
+  // Child: takes over an incoming connection whose Hello `h` the hub read (takes mu_).
+  void adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h);
+  // Wakes the service thread that serves this transport (the hub's for a child).
+  void wakeService();
   // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
   // Hello, then the service thread takes it over.
   void dialP2P(int peer);
@@ -219,6 +244,10 @@ class Transport : public LinkProvider {
   std::set<int> dialling_;               // p2p dials before their pending entry exists
   std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink
   std::vector<std::thread> dialers_;
+  // A child: the hub it is attached to (null for a hub). A hub: its children.
+  std::shared_ptr<Transport> hub_;
+  mutable std::mutex childMu_;
+  std::vector<Transport*> children_;
 };
 
 }  // namespace tccl

@@ -98,12 +98,12 @@ void Transport::dialP2P(int peer) {
       return;
     }
     std::unique_ptr<Pending> pend = dial(peer, Lane::P2P, deadline);
-    std::lock_guard<std::mutex> lk(mu_);
-    dialling_.erase(peer);
-    pending_.push_back(std::move(pend));
-    const uint64_t one = 1;
-    const ssize_t r = ::write(serviceWake_.get(), &one, sizeof one);
-    (void)r;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      dialling_.erase(peer);
+      pending_.push_back(std::move(pend));
+    }
+    wakeService();
   } catch (const Error& e) {
     fail(e.info());
   }
@@ -122,7 +122,51 @@ void Transport::acceptAll() {
   }
 }
 
+void Transport::wakeService() {
+  const Transport& served = hub_ ? *hub_ : *this;
+  const uint64_t one = 1;
+  const ssize_t r = ::write(served.serviceWake_.get(), &one, sizeof one);
+  (void)r;
+}
+
+bool Transport::routeToChild(Pending& p, const wire::Hello& h) {
+  // childMu_ is held while the child takes the connection, so that the child cannot
+  // unregister (and be destroyed) in between.
+  std::lock_guard<std::mutex> lk(childMu_);
+  for (Transport* c : children_) {
+    if (c->cfg_.commId != h.commId) continue;
+    c->adoptIncoming(std::make_unique<Pending>(std::move(p)), h);
+    return true;
+  }
+  return false;
+}
+
+void Transport::adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  bool done = false;
+  try {
+    done = onIncoming(*p, h);
+  } catch (const Error& e) {
+    TCCL_WARN("a connection from " << p->address << " failed its handshake: " << e.what());
+    done = true;
+  }
+  if (!done) {
+    // Authenticating: the proof comes later, read by the hub's service thread (which
+    // services this child's pending connections) or by a thread in this child's connect().
+    pending_.push_back(std::move(p));
+    wakeOthers(-1);
+    wakeService();
+  }
+}
+
 void Transport::serviceRound(std::vector<pollfd>& fds) {
+  fds.clear();
+  fds.push_back({listener_.get(), POLLIN, 0});
+  fds.push_back({serviceWake_.get(), POLLIN, 0});
+  servicePending(fds);
+}
+
+void Transport::servicePending(std::vector<pollfd>& fds) {
   const auto now = Deadline::Clock::now();
   for (size_t i = 0; i < pending_.size();) {
     Pending& p = *pending_[i];
@@ -150,9 +194,6 @@ void Transport::serviceRound(std::vector<pollfd>& fds) {
       ++i;
     }
   }
-  fds.clear();
-  fds.push_back({listener_.get(), POLLIN, 0});
-  fds.push_back({serviceWake_.get(), POLLIN, 0});
   for (const auto& p : pending_) {
     if (!p->outgoing || p->lane == Lane::P2P) fds.push_back({p->fd.get(), POLLIN, 0});
   }
@@ -164,6 +205,15 @@ void Transport::serviceLoop() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       serviceRound(fds);
+    }
+    {
+      // The children's handshakes in progress and their p2p dials' replies, in the same
+      // poll (childMu_ held: a child unregisters only between rounds).
+      std::lock_guard<std::mutex> reg(childMu_);
+      for (Transport* child : children_) {
+        std::lock_guard<std::mutex> lk(child->mu_);
+        child->servicePending(fds);
+      }
     }
     const int n = ::poll(fds.data(), fds.size(), 1000);  // 1 s: expire strangers
     if (stopping_.load()) break;

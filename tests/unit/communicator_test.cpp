@@ -16,30 +16,14 @@
 
 #include "scoped_env.hpp"
 #include "tccl/tccl.hpp"
+#include "thread_ranks.hpp"
 
 using namespace tccl;
 using namespace std::chrono_literals;
 
 namespace {
 
-// Runs fn(rank) on n threads, each with its own Communicator over `store`.
-void runRanks(int n, const std::shared_ptr<Store>& store,
-              const std::function<void(Communicator&)>& fn, CommOptions opts = {}) {
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(store, r, n, opts);
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-}
+using tccl::testing::runRanks;
 
 TEST(Communicator, ThreeRanksAsThreadsRingAndNaiveInAndOutOfPlace) {
   auto store = std::make_shared<HashStore>();
