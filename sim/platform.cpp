@@ -1,10 +1,9 @@
 #include "sim/platform.hpp"
 
-#include <simgrid/s4u.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <simgrid/s4u.hpp>
 
 #include "tccl/error.hpp"
 
@@ -84,8 +83,8 @@ std::vector<sg4::Host*> buildStar(const ClusterSpec& spec) {
     zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr,
                     {sg4::LinkInRoute(nic, sg4::LinkInRoute::Direction::UP)}, true);
     sg4::Link* lo = makeLoopback(zone, static_cast<unsigned long>(i), spec);
-    zone->add_route(h->get_netpoint(), h->get_netpoint(), nullptr, nullptr,
-                    {sg4::LinkInRoute(lo)}, false);
+    zone->add_route(h->get_netpoint(), h->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(lo)},
+                    false);
     hosts.push_back(h);
   }
   zone->seal();
@@ -105,15 +104,16 @@ std::vector<sg4::Host*> buildFatTree(const ClusterSpec& spec) {
   auto netpoint = [&](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
     sg4::Host* h = makeHost(zone, static_cast<int>(id), spec);
     hosts[id] = h;
-    return std::make_pair(h->get_netpoint(), static_cast<simgrid::kernel::routing::NetPoint*>(nullptr));
+    return std::make_pair(h->get_netpoint(),
+                          static_cast<simgrid::kernel::routing::NetPoint*>(nullptr));
   };
   auto loopback = [&](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
     return makeLoopback(zone, id, spec);
   };
-  sg4::NetZone* zone =
-      sg4::create_fatTree_zone("cluster", nullptr, params, sg4::ClusterCallbacks(netpoint, loopback, {}),
-                               spec.nicBytesPerSec, spec.latencySec / (2.0 * params.levels),
-                               sg4::Link::SharingPolicy::SPLITDUPLEX);
+  sg4::NetZone* zone = sg4::create_fatTree_zone(
+      "cluster", nullptr, params, sg4::ClusterCallbacks(netpoint, loopback, {}),
+      spec.nicBytesPerSec, spec.latencySec / (2.0 * params.levels),
+      sg4::Link::SharingPolicy::SPLITDUPLEX);
   zone->seal();
   return hosts;
 }

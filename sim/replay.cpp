@@ -1,9 +1,8 @@
 #include "sim/replay.hpp"
 
-#include <simgrid/s4u.hpp>
-
 #include <algorithm>
 #include <chrono>
+#include <simgrid/s4u.hpp>
 #include <string>
 
 #include "tccl/error.hpp"
@@ -34,7 +33,9 @@ struct Channel {
   void* sink = nullptr;  // get_async's destination for the (meaningless) payload pointer
 };
 
-std::string mailboxName(int from, int to) { return std::to_string(from) + ">" + std::to_string(to); }
+std::string mailboxName(int from, int to) {
+  return std::to_string(from) + ">" + std::to_string(to);
+}
 
 class RankActor {
  public:
@@ -130,8 +131,8 @@ class RankActor {
     depStart_ = fanout;
     dependents_.resize(fanout.back());
     for (size_t i = 0; i < s.ops.size(); ++i) {
-      if (s.ops[i].dependsOn >= 0) dependents_[fanout[static_cast<size_t>(s.ops[i].dependsOn)]++] =
-          static_cast<int32_t>(i);
+      if (s.ops[i].dependsOn >= 0)
+        dependents_[fanout[static_cast<size_t>(s.ops[i].dependsOn)]++] = static_cast<int32_t>(i);
     }
     done_.assign(s.ops.size(), 0);
     remaining_ = s.ops.size();

@@ -37,14 +37,18 @@ int simulateMain(int, char**, int) {
 namespace {
 
 const std::vector<std::string> kValueOptions = {
-    "world",        "hosts",          "ranks-per-host", "cores",       "gbps",      "latency-us",
-    "loopback-gbps", "loopback-latency-us", "reduce-gbps", "overhead-us", "fat-tree", "platform",
-    "sizes",        "minbytes",       "maxbytes",       "stepfactor",  "dtype",     "op",
-    "root",         "algo",           "segment-bytes",  "simgrid-cfg"};
+    "world",         "hosts",       "ranks-per-host", "cores",
+    "gbps",          "latency-us",  "loopback-gbps",  "loopback-latency-us",
+    "reduce-gbps",   "overhead-us", "fat-tree",       "platform",
+    "sizes",         "minbytes",    "maxbytes",       "stepfactor",
+    "dtype",         "op",          "root",           "algo",
+    "segment-bytes", "simgrid-cfg"};
 const std::vector<std::string> kFlags = {"csv"};
-const std::map<std::string, std::string> kShort = {
-    {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
-    {"-d", "--dtype"},    {"-r", "--root"}};
+const std::map<std::string, std::string> kShort = {{"-b", "--minbytes"},
+                                                   {"-e", "--maxbytes"},
+                                                   {"-f", "--stepfactor"},
+                                                   {"-d", "--dtype"},
+                                                   {"-r", "--root"}};
 
 // The largest world a replay takes (memory: the ring's 2(N-1) ops per rank).
 constexpr int64_t kMaxSimWorld = 65536;
@@ -128,7 +132,8 @@ SimConfig parseSimulate(const Args& a) {
   c.dtype = a.getDataType("dtype", DataType::Float32);
   const std::string opArg = a.get("op", "allreduce");
   const auto coll = algo::parseCollective(opArg);
-  if (!coll) throw UsageError{"unknown --op " + quoted(opArg) + " (" + algo::collectiveNames() + ")"};
+  if (!coll)
+    throw UsageError{"unknown --op " + quoted(opArg) + " (" + algo::collectiveNames() + ")"};
   c.coll = *coll;
   c.root = static_cast<int>(a.getInt("root", 0, 0, kMaxSimWorld - 1));
   const int64_t seg = a.getInt("segment-bytes", 1 << 20, 1, int64_t{1} << 30);
@@ -191,7 +196,8 @@ SimRow runOne(const SimConfig& c, const sim::RankPlacement& p, uint64_t sizeByte
   sim::ReplayConfig rc;
   rc.collective = c.coll;
   rc.algorithm = al;
-  rc.count = blocks == 0 ? 0 : std::max<size_t>(1, std::max<size_t>(blocks, sizeBytes / elem) / blocks);
+  rc.count =
+      blocks == 0 ? 0 : std::max<size_t>(1, std::max<size_t>(blocks, sizeBytes / elem) / blocks);
   rc.elemSize = elem;
   rc.segElems = std::max<size_t>(1, c.segmentBytes / elem);
   rc.root = c.root;
@@ -207,7 +213,8 @@ SimRow runOne(const SimConfig& c, const sim::RankPlacement& p, uint64_t sizeByte
   row.seconds = r.seconds;
   row.algbw = r.seconds > 0 ? static_cast<double>(row.size) / r.seconds / 1e9 : 0;
   row.busbw = row.algbw * algo::busBwFactor(c.coll, n);
-  for (const sim::RankStats& s : r.ranks) row.bytesPerRank = std::max(row.bytesPerRank, s.bytesSent);
+  for (const sim::RankStats& s : r.ranks)
+    row.bytesPerRank = std::max(row.bytesPerRank, s.bytesSent);
   row.messages = r.messages;
   row.wall = r.wallSeconds;
   return row;
@@ -234,17 +241,18 @@ void printRow(const SimConfig& c, const SimRow& r) {
 std::string describePlatform(const SimConfig& c, const sim::RankPlacement& p) {
   char buf[512];
   if (!c.platform.empty()) {
-    std::snprintf(buf, sizeof buf, "platform %s, %s", c.platform.c_str(), p.layout.describe().c_str());
+    std::snprintf(buf, sizeof buf, "platform %s, %s", c.platform.c_str(),
+                  p.layout.describe().c_str());
     return buf;
   }
-  std::snprintf(buf, sizeof buf,
-                "%s, %s, NIC %.4g Gb/s full duplex, latency %.4g us host to host, loopback %.4g "
-                "Gb/s %.4g us, %d cores per host, reduction %.4g GB/s per core, overhead %.4g us",
-                c.cluster.fatTree.empty() ? "one switch" : ("fat tree " + c.cluster.fatTree).c_str(),
-                p.layout.describe().c_str(), c.cluster.nicBytesPerSec * 8 / 1e9,
-                c.cluster.latencySec * 1e6, c.cluster.loopbackBytesPerSec * 8 / 1e9,
-                c.cluster.loopbackLatencySec * 1e6, c.cluster.cores, c.reduceBytesPerSec / 1e9,
-                c.overheadSec * 1e6);
+  std::snprintf(
+      buf, sizeof buf,
+      "%s, %s, NIC %.4g Gb/s full duplex, latency %.4g us host to host, loopback %.4g "
+      "Gb/s %.4g us, %d cores per host, reduction %.4g GB/s per core, overhead %.4g us",
+      c.cluster.fatTree.empty() ? "one switch" : ("fat tree " + c.cluster.fatTree).c_str(),
+      p.layout.describe().c_str(), c.cluster.nicBytesPerSec * 8 / 1e9, c.cluster.latencySec * 1e6,
+      c.cluster.loopbackBytesPerSec * 8 / 1e9, c.cluster.loopbackLatencySec * 1e6, c.cluster.cores,
+      c.reduceBytesPerSec / 1e9, c.overheadSec * 1e6);
   return buf;
 }
 
@@ -288,7 +296,8 @@ int simulateMain(int argc, char** argv, int first) {
   std::printf("# SimGrid replay of every rank's schedule; segment %zu B; time = last rank done\n",
               c.segmentBytes);
   if (c.csv) {
-    std::printf("size,count,type,algo,time_us,algbw_gbps,busbw_gbps,bytes_per_rank,messages,wall_s\n");
+    std::printf(
+        "size,count,type,algo,time_us,algbw_gbps,busbw_gbps,bytes_per_rank,messages,wall_s\n");
   } else {
     std::printf("# %12s %12s %8s %10s %14s %11s %11s %14s %12s %9s\n", "size", "count", "type",
                 "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "bytes/rank", "messages",
