@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# bench/validate_sim.sh: `tccl simulate` against measurements (docs/simulate.md,
+# "Validation"). Prints one markdown table per part, every row with its error.
+#
+#   sudo bench/validate_sim.sh build/tccl [netns|loopback|all]
+#
+# netns: 4 hosts x 2 ranks in network namespaces (tests/netns/cluster.sh), every host's
+#   link limited with tc tbf to each rate of RATES (default "100mbit 200mbit 300mbit"),
+#   `tccl bench` of ring, tree, hd and hier all-reduce at SIZES (default 1M,8M,64M),
+#   against `tccl simulate` of the same: 4 hosts with full-duplex NICs of the tbf rate
+#   times TCP's payload share (1448 of the 1514 bytes of a full frame), the netns
+#   latency, the loopback figures below for the two ranks of a host.
+# loopback: worlds 2 to 16 on this machine (WORLDS, default "2 4 8 16"), `tccl bench`
+#   against `tccl simulate --hosts 1 --ranks-per-host N --cores (online cores)`, with
+#   the loopback bandwidth, per-message overhead and reduction rate calibrated once
+#   from a 2-rank `tccl bench --op sendrecv` (8 B: overhead; 64 MiB: bandwidth) and
+#   `tccl tune`'s reduction figure.
+# Needs root for the namespaces (netns part only). Heavy: not a CTest case.
+set -uo pipefail
+TCCL=$(readlink -f "${1:?usage: validate_sim.sh path/to/tccl [netns|loopback|all]}")
+PART=${2:-all}
+here=$(cd "$(dirname "$0")" && pwd)
+RATES=${RATES:-"100mbit 200mbit 300mbit"}
+SIZES=${SIZES:-1M,8M,64M}
+WORLDS=${WORLDS:-"2 4 8 16"}
+LOOP_SIZES=${LOOP_SIZES:-1M,8M,64M}
+ALGOS=${ALGOS:-ring,tree,hd,hier}
+TMP=$(mktemp -d /tmp/tccl-validate.XXXXXX)
+
+# bench CSV (size,count,type,redop,root,algo,time_us,...) -> "size algo time_us" lines.
+bench_rows() { awk -F, '$1 ~ /^[0-9]+$/ && NF >= 7 { sub(/^auto:/, "", $6); print $1, $6, $7 }' "$@"; }
+# simulate CSV (size,count,type,algo,time_us,...) -> "size algo time_us".
+sim_rows() { awk -F, '$1 ~ /^[0-9]+$/ { sub(/^auto:/, "", $4); print $1, $4, $5 }' "$@"; }
+
+# Joins measured and simulated rows: | label | size | algo | measured | simulated | error |
+report() {  # label measured-file simulated-file
+  awk -v label="$1" 'NR == FNR { sim[$1 " " $2] = $3; next }
+    ($1 " " $2) in sim {
+      s = sim[$1 " " $2]; err = (s - $3) / $3 * 100
+      printf "| %s | %d MiB | %s | %.0f | %.0f | %+.1f %% |\n", label, $1 / 1048576, $2, $3, s, err
+    }' "$3" "$2"
+}
+
+rate_bits() {  # 100mbit -> 100000000
+  local r=$1
+  case $r in
+    *gbit) echo $((${r%gbit} * 1000000000)) ;;
+    *mbit) echo $((${r%mbit} * 1000000)) ;;
+    *kbit) echo $((${r%kbit} * 1000)) ;;
+    *) echo "$r" ;;
+  esac
+}
+
+# ---- calibration on loopback (both parts use it) ---------------------------------------
+calibrate() {
+  local out
+  out=$(timeout 300 "$TCCL" bench --world 2 --op sendrecv --sizes 8,64M -n 20 -w 3 --csv --no-check 2>/dev/null)
+  LOOP_OVERHEAD_US=$(awk -F, '$1 == 8 { printf "%.2f", $7 }' <<<"$out")
+  # A ring shift of 2 ranks: each rank sends V and receives V at once; time = V / bw.
+  LOOP_GBPS=$(awk -F, '$1 == 67108864 { printf "%.3f", $1 * 8 / ($7 * 1000) }' <<<"$out")
+  # tccl tune measures the reduction (gamma) among its figures; read it from its file.
+  timeout 300 "$TCCL" tune --world 2 --file "$TMP/tune.conf" >/dev/null 2>&1
+  REDUCE_GBPS=$(awk -F= '$1 == "gamma_gbps" { print $2 }' "$TMP/tune.conf" 2>/dev/null)
+  REDUCE_GBPS=${REDUCE_GBPS:-10}
+  CORES=$(nproc)
+  echo "# calibration (loopback, $(date -u)): per-message overhead ${LOOP_OVERHEAD_US} us" \
+    "(2-rank sendrecv of 8 B), loopback ${LOOP_GBPS} Gb/s (of 64 MiB), reduction" \
+    "${REDUCE_GBPS} GB/s (tccl tune), ${CORES} cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# ---- netns: 4 hosts x 2 ranks over tbf-limited links -----------------------------------
+netns_part() {
+  # shellcheck source=../tests/netns/cluster.sh
+  source "$here/../tests/netns/cluster.sh"
+  cluster_require
+  cluster_up 4 || { echo "cluster_up failed"; return 1; }
+  local key br i rate
+  key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+  br=$(cluster_ns br)
+  # Latency of the namespaces' path (veth, bridge, veth): half the ping round trip.
+  # Without ping (iputils-ping is not always installed) 20 us is assumed: next to the
+  # milliseconds a segment takes at these rates it hardly matters.
+  local rtt=""
+  command -v ping >/dev/null &&
+    rtt=$(cluster_exec 0 ping -c 20 -i 0.05 -q "$(cluster_addr 1)" | awk -F/ '/rtt/ { print $5 }')
+  if [ -n "$rtt" ]; then
+    NETNS_LAT_US=$(awk -v r="$rtt" 'BEGIN { printf "%.1f", r * 1000 / 2 }')
+    echo "# netns latency: ${NETNS_LAT_US} us one way (ping rtt ${rtt} ms / 2)"
+  else
+    NETNS_LAT_US=20
+    echo "# netns latency: 20 us one way assumed (no ping here)"
+  fi
+  echo
+  echo "| rate | size | algo | measured (us) | simulated (us) | error |"
+  echo "|---|---|---|---|---|---|"
+  for rate in $RATES; do
+    for ((i = 0; i < 4; i++)); do
+      ip netns exec "$(cluster_ns "$i")" tc qdisc replace dev mgmt0 root tbf rate "$rate" \
+        burst 32kb latency 50ms
+      ip netns exec "$br" tc qdisc replace dev "h${i}n0" root tbf rate "$rate" burst 32kb latency 50ms
+    done
+    local pids=()
+    for ((i = 0; i < 4; i++)); do
+      cluster_exec "$i" env TCCL_TUNE_FILE=/nonexistent TCCL_AUTH_KEY="$key" \
+        timeout -k 5 900 "$TCCL" launch --nproc-per-node 2 --nnodes 4 --node-rank "$i" \
+        --master-addr "$(cluster_addr 0)" --master-port 29500 --no-tag-output -- \
+        "$TCCL" bench --algo "$ALGOS" --sizes "$SIZES" -n 1 -w 1 --csv \
+        >"$TMP/netns.$rate.$i.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    bench_rows "$TMP/netns.$rate.0.log" >"$TMP/m.$rate"
+    local gbps
+    gbps=$(awk -v b="$(rate_bits "$rate")" 'BEGIN { printf "%.6f", b * 1448 / 1514 / 1e9 }')
+    "$TCCL" simulate --hosts 4 --ranks-per-host 2 --cores "$CORES" --gbps "$gbps" \
+      --latency-us "$NETNS_LAT_US" --loopback-gbps "$LOOP_GBPS" --loopback-latency-us 0 \
+      --overhead-us "$LOOP_OVERHEAD_US" --reduce-gbps "$REDUCE_GBPS" --sizes "$SIZES" \
+      --algo "$ALGOS" --csv 2>/dev/null | sim_rows >"$TMP/s.$rate"
+    report "$rate" "$TMP/m.$rate" "$TMP/s.$rate"
+  done
+  cluster_down
+}
+
+# ---- loopback: worlds 2 to 16 on this machine ------------------------------------------
+loopback_part() {
+  echo
+  echo "| world | size | algo | measured (us) | simulated (us) | error |"
+  echo "|---|---|---|---|---|---|"
+  local n algos
+  for n in $WORLDS; do
+    algos=ring,tree,hd
+    TCCL_TUNE_FILE=/nonexistent timeout 900 "$TCCL" bench --world "$n" --algo "$algos" \
+      --sizes "$LOOP_SIZES" -n 3 -w 1 --csv >"$TMP/loop.$n.log" 2>/dev/null
+    bench_rows "$TMP/loop.$n.log" >"$TMP/lm.$n"
+    "$TCCL" simulate --hosts 1 --ranks-per-host "$n" --cores "$CORES" \
+      --loopback-gbps "$LOOP_GBPS" --loopback-latency-us 0 --overhead-us "$LOOP_OVERHEAD_US" \
+      --reduce-gbps "$REDUCE_GBPS" --sizes "$LOOP_SIZES" --algo "$algos" --csv 2>/dev/null |
+      sim_rows >"$TMP/ls.$n"
+    report "$n" "$TMP/lm.$n" "$TMP/ls.$n"
+  done
+}
+
+calibrate
+case $PART in
+  netns) netns_part ;;
+  loopback) loopback_part ;;
+  all) netns_part; loopback_part ;;
+  *) echo "unknown part $PART (netns, loopback, all)"; exit 2 ;;
+esac
+rm -rf "$TMP"
