@@ -8,8 +8,9 @@
 #   link limited with tc tbf to each rate of RATES (default "100mbit 200mbit 300mbit"),
 #   `tccl bench` of ring, tree, hd and hier all-reduce at SIZES (default 1M,8M,64M),
 #   against `tccl simulate` of the same: 4 hosts with full-duplex NICs of the tbf rate
-#   times TCP's payload share (1448 of the 1514 bytes of a full frame), the netns
-#   latency, the loopback figures below for the two ranks of a host.
+#   times the payload share TCP reaches through tbf, and a per-message cost, both
+#   calibrated once at the first rate from a 2-host sendrecv (below); the loopback
+#   figures below for the two ranks of a host.
 # loopback: worlds 2 to 16 on this machine (WORLDS, default "2 4 8 16"), `tccl bench`
 #   against `tccl simulate --hosts 1 --ranks-per-host N --cores (online cores)`, with
 #   the loopback bandwidth, per-message overhead and reduction rate calibrated once
@@ -74,47 +75,61 @@ netns_part() {
   source "$here/../tests/netns/cluster.sh"
   cluster_require
   cluster_up 4 || { echo "cluster_up failed"; return 1; }
-  local key br i rate
+  local key br i rate pids=()
   key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
   br=$(cluster_ns br)
-  # Latency of the namespaces' path (veth, bridge, veth): half the ping round trip.
-  # Without ping (iputils-ping is not always installed) 20 us is assumed: next to the
-  # milliseconds a segment takes at these rates it hardly matters.
-  local rtt=""
-  command -v ping >/dev/null &&
-    rtt=$(cluster_exec 0 ping -c 20 -i 0.05 -q "$(cluster_addr 1)" | awk -F/ '/rtt/ { print $5 }')
-  if [ -n "$rtt" ]; then
-    NETNS_LAT_US=$(awk -v r="$rtt" 'BEGIN { printf "%.1f", r * 1000 / 2 }')
-    echo "# netns latency: ${NETNS_LAT_US} us one way (ping rtt ${rtt} ms / 2)"
-  else
-    NETNS_LAT_US=20
-    echo "# netns latency: 20 us one way assumed (no ping here)"
-  fi
+  shape() {  # every host's mgmt0, both ends of its veth
+    for ((i = 0; i < 4; i++)); do
+      ip netns exec "$(cluster_ns "$i")" tc qdisc replace dev mgmt0 root tbf rate "$1" \
+        burst 32kb latency 50ms
+      ip netns exec "$br" tc qdisc replace dev "h${i}n0" root tbf rate "$1" burst 32kb latency 50ms
+    done
+  }
+  # Calibration, once, at the first rate: a 2-rank sendrecv between hosts 0 and 1 (each
+  # sends V to the other at once: full duplex) of 8 B (the per-message cost over the
+  # namespaces' path, scheduling delays of this loaded machine included) and of 16 MiB
+  # (the payload rate TCP reaches through tbf: below the rate, for tbf drops what exceeds
+  # its 32 kB burst and TCP backs off). Their ratio to the tbf rate applies to every rate.
+  local rate0 bits0 out
+  rate0=${RATES%% *}
+  bits0=$(rate_bits "$rate0")
+  shape "$rate0"
+  for ((i = 0; i < 2; i++)); do
+    cluster_exec "$i" env TCCL_TUNE_FILE=/nonexistent TCCL_AUTH_KEY="$key" \
+      timeout -k 5 600 "$TCCL" launch --nproc-per-node 1 --nnodes 2 --node-rank "$i" \
+      --master-addr "$(cluster_addr 0)" --master-port 29500 --no-tag-output -- \
+      "$TCCL" bench --op sendrecv --sizes 8,16M -n 5 -w 1 --csv --no-check \
+      >"$TMP/cal.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  pids=()
+  NETNS_MSG_US=$(awk -F, '$1 == 8 { printf "%.1f", $7 }' "$TMP/cal.0.log")
+  NETNS_EFF=$(awk -F, -v b="$bits0" '$1 == 16777216 { printf "%.4f", $1 * 8 / ($7 / 1e6) / b }' \
+    "$TMP/cal.0.log")
+  echo "# netns calibration at $rate0: per-message ${NETNS_MSG_US} us (8 B sendrecv)," \
+    "payload rate ${NETNS_EFF} x the tbf rate (16 MiB sendrecv)"
   echo
   echo "| rate | size | algo | measured (us) | simulated (us) | error |"
   echo "|---|---|---|---|---|---|"
   for rate in $RATES; do
-    for ((i = 0; i < 4; i++)); do
-      ip netns exec "$(cluster_ns "$i")" tc qdisc replace dev mgmt0 root tbf rate "$rate" \
-        burst 32kb latency 50ms
-      ip netns exec "$br" tc qdisc replace dev "h${i}n0" root tbf rate "$rate" burst 32kb latency 50ms
-    done
-    local pids=()
+    shape "$rate"
     for ((i = 0; i < 4; i++)); do
       cluster_exec "$i" env TCCL_TUNE_FILE=/nonexistent TCCL_AUTH_KEY="$key" \
         timeout -k 5 900 "$TCCL" launch --nproc-per-node 2 --nnodes 4 --node-rank "$i" \
         --master-addr "$(cluster_addr 0)" --master-port 29500 --no-tag-output -- \
-        "$TCCL" bench --algo "$ALGOS" --sizes "$SIZES" -n 1 -w 1 --csv \
+        "$TCCL" bench --algo "$ALGOS" --sizes "$SIZES" -n "${ITERS:-2}" -w 1 --csv \
         >"$TMP/netns.$rate.$i.log" 2>&1 &
       pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done
+    pids=()
     bench_rows "$TMP/netns.$rate.0.log" >"$TMP/m.$rate"
     local gbps
-    gbps=$(awk -v b="$(rate_bits "$rate")" 'BEGIN { printf "%.6f", b * 1448 / 1514 / 1e9 }')
+    gbps=$(awk -v b="$(rate_bits "$rate")" -v e="$NETNS_EFF" 'BEGIN { printf "%.6f", b * e / 1e9 }')
     "$TCCL" simulate --hosts 4 --ranks-per-host 2 --cores "$CORES" --gbps "$gbps" \
-      --latency-us "$NETNS_LAT_US" --loopback-gbps "$LOOP_GBPS" --loopback-latency-us 0 \
-      --overhead-us "$LOOP_OVERHEAD_US" --reduce-gbps "$REDUCE_GBPS" --sizes "$SIZES" \
+      --latency-us 0 --loopback-gbps "$LOOP_GBPS" --loopback-latency-us 0 \
+      --overhead-us "$NETNS_MSG_US" --reduce-gbps "$REDUCE_GBPS" --sizes "$SIZES" \
       --algo "$ALGOS" --csv 2>/dev/null | sim_rows >"$TMP/s.$rate"
     report "$rate" "$TMP/m.$rate" "$TMP/s.$rate"
   done

@@ -15,6 +15,7 @@ TCCL=${1:?usage: whatif_sim.sh path/to/tccl [worlds] [sizes] [algos]}
 WORLDS=${2:-"64 1024 4096"}
 SIZES=${3:-64K,1M,16M,64M}
 ALGOS=${4:-ring,tree,hd,hier,auto}
+EXTRA=${EXTRA:-}  # e.g. --no-replay-auto
 for n in $WORLDS; do
   for gbps in 25 100; do
     for rph in 1 8; do
@@ -22,7 +23,7 @@ for n in $WORLDS; do
       [ "$rph" = 1 ] && algos=$(tr ',' '\n' <<<"$ALGOS" | grep -v '^hier$' | paste -sd,)
       "$TCCL" simulate --world "$n" --ranks-per-host "$rph" --gbps "$gbps" --latency-us 5 \
         --loopback-gbps 64 --loopback-latency-us 1 --reduce-gbps 20 --sizes "$SIZES" \
-        --algo "$algos" --csv 2>&1 | awk -v p="$n,$gbps,$rph" '/^[0-9]/ { print p "," $0; next }
+        --algo "$algos" --csv $EXTRA 2>&1 | awk -v p="$n,$gbps,$rph" '/^[0-9]/ { print p "," $0; next }
           /auto picks/ { print "# " p ": " $0 }'
     done
   done

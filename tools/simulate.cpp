@@ -43,7 +43,7 @@ const std::vector<std::string> kValueOptions = {
     "sizes",         "minbytes",    "maxbytes",       "stepfactor",
     "dtype",         "op",          "root",           "algo",
     "segment-bytes", "simgrid-cfg"};
-const std::vector<std::string> kFlags = {"csv"};
+const std::vector<std::string> kFlags = {"csv", "no-replay-auto"};
 const std::map<std::string, std::string> kShort = {{"-b", "--minbytes"},
                                                    {"-e", "--maxbytes"},
                                                    {"-f", "--stepfactor"},
@@ -69,6 +69,7 @@ struct SimConfig {
   double overheadSec = 0;
   std::vector<std::string> simgridCfg;
   bool csv = false;
+  bool replayAuto = true;  // replay auto's pick when --algo does not list it
 };
 
 std::vector<uint64_t> sweepSizes(const Args& a) {
@@ -162,6 +163,7 @@ SimConfig parseSimulate(const Args& a) {
   }
   if (auto cfg = a.get("simgrid-cfg")) c.simgridCfg = splitList("--simgrid-cfg", *cfg);
   c.csv = a.flag("csv");
+  c.replayAuto = !a.flag("no-replay-auto");
   return c;
 }
 
@@ -314,6 +316,12 @@ int simulateMain(int argc, char** argv, int first) {
                            std::max<uint64_t>(1, size / dataTypeSize(c.dtype));
     std::string why;
     const Algorithm pick = algo::chooseAllreduce(world, bytes, model, &why, &costs);
+    if (!rows.count(pick) && !c.replayAuto) {
+      std::printf("# %llu B: auto picks %s (%s); not replayed (--no-replay-auto)\n",
+                  static_cast<unsigned long long>(size), std::string(toString(pick)).c_str(),
+                  why.c_str());
+      continue;
+    }
     if (!rows.count(pick)) {
       rows[pick] = runOne(c, place, size, pick);
       rows[pick].algo = "auto:" + rows[pick].algo;
