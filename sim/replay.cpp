@@ -167,7 +167,9 @@ class RankActor {
     const int32_t self = static_cast<int32_t>(&ch - chans_.data());
     if (!ch.sending && ch.sendHead < ch.sends.size() && ready(ch.sends[ch.sendHead])) {
       const SimOp& o = ops_[static_cast<size_t>(ch.sends[ch.sendHead])];
-      if (cfg_.messageOverheadSec > 0) cpu(cfg_.messageOverheadSec);
+      double sendCpu = cfg_.messageOverheadSec;
+      if (cfg_.copyBytesPerSec > 0) sendCpu += static_cast<double>(bytes(o)) / cfg_.copyBytesPerSec;
+      if (sendCpu > 0) cpu(sendCpu);
       comms_.push_back(ch.out->put_async(&ch, bytes(o) + kHeaderBytes));
       tags_.push_back(self << 1);
       ch.sending = true;

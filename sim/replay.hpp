@@ -9,7 +9,8 @@
 //   - a receive's payload may land before its dependsOn, but its action (reduce) waits;
 //   - a reduction costs its bytes / reduceBytesPerSec of one core of the rank's host
 //     (s4u execute: ranks sharing a host share its cores), twice with thenSelf;
-//   - a send first costs messageOverheadSec of CPU (same core model);
+//   - a send first costs messageOverheadSec + bytes / copyBytesPerSec of CPU (same core
+//     model);
 //   - local copies cost nothing (they are memcpy, next to the network's time);
 //   - every message carries the wire header (kHeaderBytes) besides its payload.
 // SimGrid does the rest: mailboxes pair each send with its receive, links share their
@@ -45,6 +46,10 @@ struct ReplayConfig {
   // of its host before the message leaves: the software part of alpha that a link's
   // latency does not hold (0: none). Calibrated for loopback in docs/simulate.md.
   double messageOverheadSec = 0;
+  // CPU cost per byte sent, on the sender's core (0: none): TCP over loopback is bound by
+  // the kernel's copies, which run on the cores the ranks share, not by a link. Set it
+  // with a fast loopback link to model ranks of one host as CPU bound.
+  double copyBytesPerSec = 0;
   const algo::HostLayout* layout = nullptr;
   std::vector<simgrid::s4u::Host*> hostOfRank;  // its size is the world size
 };

@@ -47,7 +47,7 @@ const char* kUsage =
     "  simulate  predicted nccl-tests tables on a SimGrid platform, from the real schedules\n"
     "          --world N | --hosts H --ranks-per-host L (1) --gbps G (25) --latency-us U (5)\n"
     "          --loopback-gbps G (64) --loopback-latency-us U (1) --cores C (L) --reduce-gbps R\n"
-    "          (20) --overhead-us U (0) --fat-tree 'levels;down;up;count' | --platform F.xml\n"
+    "          (20) --overhead-us U (0) --copy-gbps C (0) --fat-tree 'levels;down;up;count' | --platform F.xml\n"
     "          -b 1M -e 64M -f 4 (or --sizes) --op allreduce|... --algo ring,tree,...|auto|all\n"
     "          --segment-bytes B (1M) --simgrid-cfg key:value,... --csv --no-replay-auto\n"
     "          (docs/simulate.md)\n"

@@ -36,13 +36,29 @@ int simulateMain(int, char**, int) {
 #else
 namespace {
 
-const std::vector<std::string> kValueOptions = {
-    "world",         "hosts",       "ranks-per-host", "cores",
-    "gbps",          "latency-us",  "loopback-gbps",  "loopback-latency-us",
-    "reduce-gbps",   "overhead-us", "fat-tree",       "platform",
-    "sizes",         "minbytes",    "maxbytes",       "stepfactor",
-    "dtype",         "op",          "root",           "algo",
-    "segment-bytes", "simgrid-cfg"};
+const std::vector<std::string> kValueOptions = {"world",
+                                                "hosts",
+                                                "ranks-per-host",
+                                                "cores",
+                                                "gbps",
+                                                "latency-us",
+                                                "loopback-gbps",
+                                                "loopback-latency-us",
+                                                "reduce-gbps",
+                                                "overhead-us",
+                                                "copy-gbps",
+                                                "fat-tree",
+                                                "platform",
+                                                "sizes",
+                                                "minbytes",
+                                                "maxbytes",
+                                                "stepfactor",
+                                                "dtype",
+                                                "op",
+                                                "root",
+                                                "algo",
+                                                "segment-bytes",
+                                                "simgrid-cfg"};
 const std::vector<std::string> kFlags = {"csv", "no-replay-auto"};
 const std::map<std::string, std::string> kShort = {{"-b", "--minbytes"},
                                                    {"-e", "--maxbytes"},
@@ -67,6 +83,7 @@ struct SimConfig {
   size_t segmentBytes = 1 << 20;
   double reduceBytesPerSec = 20e9;
   double overheadSec = 0;
+  double copyBytesPerSec = 0;  // 0: sends cost no CPU per byte
   std::vector<std::string> simgridCfg;
   bool csv = false;
   bool replayAuto = true;  // replay auto's pick when --algo does not list it
@@ -129,6 +146,8 @@ SimConfig parseSimulate(const Args& a) {
   c.reduceBytesPerSec = a.getDouble("reduce-gbps", 20) * 1e9;
   if (!(c.reduceBytesPerSec > 0)) throw UsageError{"--reduce-gbps must be positive (GB/s)"};
   c.overheadSec = microsOption(a, "overhead-us", 0);
+  c.copyBytesPerSec = a.getDouble("copy-gbps", 0) * 1e9;
+  if (!(c.copyBytesPerSec >= 0)) throw UsageError{"--copy-gbps must not be negative (GB/s)"};
   c.sizes = sweepSizes(a);
   c.dtype = a.getDataType("dtype", DataType::Float32);
   const std::string opArg = a.get("op", "allreduce");
@@ -205,6 +224,7 @@ SimRow runOne(const SimConfig& c, const sim::RankPlacement& p, uint64_t sizeByte
   rc.root = c.root;
   rc.reduceBytesPerSec = c.reduceBytesPerSec;
   rc.messageOverheadSec = c.overheadSec;
+  rc.copyBytesPerSec = c.copyBytesPerSec;
   rc.layout = &p.layout;
   rc.hostOfRank = p.hostOfRank;
   const sim::ReplayResult r = sim::replay(rc);
