@@ -291,7 +291,13 @@ int simulateMain(int argc, char** argv, int first) {
   const Args a(static_cast<int>(ptrs.size()), ptrs.data(), 0, kValueOptions, kFlags);
   const SimConfig c = parseSimulate(a);
 
-  sim::startEngine(c.simgridCfg);
+  try {
+    sim::startEngine(c.simgridCfg);
+  } catch (const std::exception& e) {  // SimGrid's own refusal of a --simgrid-cfg item
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    throw UsageError{"--simgrid-cfg: " + why};
+  }
   std::vector<simgrid::s4u::Host*> hosts;
   try {
     hosts = c.platform.empty() ? sim::buildCluster(c.cluster) : sim::loadPlatform(c.platform);

@@ -77,6 +77,12 @@ usage "no such algorithm here" --op reduce_scatter --algo tree
 usage "zero bandwidth" --gbps 0
 usage "root outside" --world 4 --op broadcast --root 4
 usage "unknown option" --frobnicate 1
+usage "world 2^64" --world 18446744073709551616
+usage "negative latency" --latency-us -1
+usage "nan rate" --gbps nan
+usage "empty size list item" --sizes 1M,,2M
+usage "bad SimGrid config key" --simgrid-cfg bogus:1
+usage "over the world limit" --hosts 300 --ranks-per-host 300
 
 echo "simulate_test: $pass passed, $fails failed"
 test $fails -eq 0
