@@ -22,9 +22,12 @@ STACK = {
     "exec": ["base", "transport", "algorithms", "reduce"],
     "core": ["base", "exec", "algorithms", "transport", "store", "net", "auth", "reduce"],
     # Above the library: anything below.
-    "tools": ["core"],
+    # The simulator (sim/, docs/simulate.md): replays the algorithms' schedules on
+    # SimGrid; it needs the schedules, never a socket.
+    "sim": ["algorithms"],
+    "tools": ["core", "sim"],
     "python": ["core"],
-    "tests": ["core", "tools"],
+    "tests": ["core", "tools", "sim"],
     "bench": ["core"],
     "examples": ["core"],
 }
@@ -58,7 +61,7 @@ def main():
             sources.append((p, p.relative_to(root / "src").parts[0]))
     for p in (root / "include" / "tccl").glob("*.hpp"):
         sources.append((p, PUBLIC.get(p.name, "core")))
-    for top in ("tools", "python", "tests", "bench", "examples"):
+    for top in ("sim", "tools", "python", "tests", "bench", "examples"):
         for p in (root / top).rglob("*"):
             if p.suffix in (".cpp", ".hpp", ".h", ".cc"):
                 sources.append((p, top))
@@ -74,7 +77,8 @@ def main():
                 continue  # same-folder or local header
             if parts[0] == "tccl":
                 target = PUBLIC.get(parts[1], "core")
-            elif parts[0] in STACK and (root / "src" / parts[0]).is_dir():
+            elif parts[0] in STACK and ((root / "src" / parts[0]).is_dir()
+                                        or (root / parts[0]).is_dir()):
                 target = parts[0]
             else:
                 continue

@@ -3,6 +3,7 @@
 # Usage: scripts/deps.sh build|test
 set -euo pipefail
 want=(cmake ninja-build g++ make libssl-dev)  # libssl-dev: libcrypto for the handshake HMAC
+want+=(pkg-config libsimgrid-dev)  # tccl simulate (sim/, docs/simulate.md); optional, found by CMake
 if [ "${1:-build}" = test ]; then
   want+=(libgtest-dev python3)  # python3: the CLI tests check JSON and SVG output with it
   want+=(iproute2)  # ip, tc, ss: tests/netns builds a cluster of network namespaces

@@ -44,6 +44,13 @@ const char* kUsage =
     "          --reorder R | --count-mismatch R | --shrink [--kill R] | --all [--rank R]\n"
     "          --world N (4) --algo ring|tree|hd|rd|naive --timeout-ms T (3000) --count N\n"
     "          --iters K (10, shrink) --json   (exit 0: detection right; docs/faults.md)\n"
+    "  simulate  predicted nccl-tests tables on a SimGrid platform, from the real schedules\n"
+    "          --world N | --hosts H --ranks-per-host L (1) --gbps G (25) --latency-us U (5)\n"
+    "          --loopback-gbps G (64) --loopback-latency-us U (1) --cores C (L) --reduce-gbps R\n"
+    "          (20) --overhead-us U (0) --copy-gbps C (0) --fat-tree 'levels;down;up;count' | --platform F.xml\n"
+    "          -b 1M -e 64M -f 4 (or --sizes) --op allreduce|... --algo ring,tree,...|auto|all\n"
+    "          --segment-bytes B (1M) --simgrid-cfg key:value,... --csv --no-replay-auto\n"
+    "          (docs/simulate.md)\n"
     "  version print the version\n"
     "\n"
     "limits: demo, bench, overlap and tune run every rank here: --world 1..256 (tune 2..256,\n"
@@ -90,6 +97,7 @@ int main(int argc, char** argv) {
     if (cmd == "_launch-exec") return tccl::cli::launchExecMain(argc, argv, 2);
     if (cmd == "faults") return tccl::cli::faultsMain(argc, argv, 2);
     if (cmd == "_faults-worker") return tccl::cli::faultsWorkerMain(argc, argv, 2);
+    if (cmd == "simulate") return tccl::cli::simulateMain(argc, argv, 2);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;

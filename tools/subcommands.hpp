@@ -16,4 +16,5 @@ int launchMain(int argc, char** argv, int first);
 int launchExecMain(int argc, char** argv, int first);
 int faultsMain(int argc, char** argv, int first);
 int faultsWorkerMain(int argc, char** argv, int first);
+int simulateMain(int argc, char** argv, int first);
 }  // namespace tccl::cli
