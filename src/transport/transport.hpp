@@ -63,6 +63,15 @@ struct TransportConfig {
   // construction instead.
   auth::KeyPtr authKey;
   bool authKeyFromEnv = true;
+  // The listener under abuse (docs/security.md): at most maxPending incoming connections
+  // in their handshake at once (past it the oldest is closed), each closed unless it
+  // finishes within handshakeTimeout. Before it authenticates, a connection makes this
+  // rank read at most two 112-byte handshake messages (plus at most 64 KiB drained
+  // after a Reject), whatever it sends.
+  int maxPending = 128;
+  std::chrono::milliseconds handshakeTimeout{30000};
+  // Data sockets: keepalive + TCP_USER_TIMEOUT (net::setDeadPeerTimeout); 0: off.
+  std::chrono::milliseconds deadPeerTimeout{60000};
 };
 
 class Transport : public LinkProvider {
@@ -173,6 +182,23 @@ class Transport : public LinkProvider {
   // One round of it, with mu_ held: returns the descriptors to wait on.
   void serviceRound(std::vector<pollfd>& fds);
   void acceptAll();
+  // ---- the listener under abuse (transport_service.cpp) ----
+  // Closes the oldest incoming connection still in its handshake (one that has not even
+  // sent a valid Hello first); false if there is none.
+  bool evictOldestIncoming();
+  // True (and the entry is to be dropped) when p is an incoming connection past its
+  // handshake deadline.
+  bool expired(const Pending& p, Deadline::Clock::time_point now);
+  // accept(2) failed with EMFILE / ENFILE / ENOBUFS / ENOMEM: stop polling the listener
+  // for a while (the connection stays queued, so it would be readable at once again).
+  void acceptExhausted(int err);
+  // The listener's descriptor for poll(): -1 (ignored) while accepting is paused.
+  int listenerPollFd() const;
+  // A poll timeout (ms) that also wakes when the pause ends.
+  int capPollTimeout(int timeoutMs) const;
+  // One WARN line about a stranger, for the first kStrangerLines of them; then one line
+  // saying the rest are only counted (the count is logged when the transport closes).
+  void warnStranger(const std::string& line);
   // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
   // Hello, then the service thread takes it over.
   void dialP2P(int peer);
@@ -211,6 +237,13 @@ class Transport : public LinkProvider {
   std::set<int> dialling_;               // p2p dials before their pending entry exists
   std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink
   std::vector<std::thread> dialers_;
+  // The listener under abuse (mu_).
+  Deadline::Clock::time_point acceptPausedUntil_{};
+  std::chrono::milliseconds acceptBackoff_{0};
+  bool warnedCap_ = false;
+  bool warnedFdLimit_ = false;
+  uint64_t strangerEvents_ = 0;
+  uint64_t evicted_ = 0;
 };
 
 }  // namespace tccl
