@@ -255,7 +255,7 @@ void setUpAuthentication(const LaunchConfig& c) {
         false, !loopback,
         "this job of " + std::to_string(c.nnodes) + " nodes (its store and ranks)", c.masterAddr);
   }
-  // With TCCL_AUTH=off, or without a key on the loopback, this logs the one WARN line.
+  // Without a key (TCCL_AUTH=off, or the loopback) the store server and each rank log one WARN.
   if (auth::KeyPtr k = auth::keyFromEnv()) {
     TCCL_INFO("tccl launch: job key " << k->id() << (given ? "" : " (generated for this job)"));
   }

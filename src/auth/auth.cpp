@@ -131,10 +131,7 @@ KeyPtr keyFromEnv() {
                    " are both set: unset TCCL_AUTH to authenticate with the key, or the key to "
                    "run unauthenticated");
   }
-  if (!inline_ && !file) {
-    warnUnauthenticatedOnce(off);
-    return nullptr;
-  }
+  if (!inline_ && !file) return nullptr;  // requireKeyToListen says so, once
   std::string text = inline_ ? *inline_ : readKeyFile(*file);
   std::string error;
   KeyPtr key;
@@ -163,7 +160,14 @@ bool optedOut() {
 
 void requireKeyToListen(bool haveKey, bool beyondLoopback, const std::string& who,
                         const std::string& address, int rank) {
-  if (haveKey || !beyondLoopback || optedOut()) return;
+  if (haveKey) return;
+  const bool off = optedOut();
+  if (!beyondLoopback || off) {
+    // Allowed, and said once per process: here rather than where the key is read, so that
+    // a process that refuses to start prints its one error and nothing else.
+    warnUnauthenticatedOnce(off);
+    return;
+  }
   throwError(ErrorKind::InvalidArgument,
              who + " would listen on " + address +
                  ", beyond the loopback, without a job key: any process that can reach that "
