@@ -19,27 +19,17 @@
 #include "core/process.hpp"
 #include "net/socket.hpp"
 #include "tccl/tccl.hpp"
+#include "text_util.hpp"
 #include "transport/wire.hpp"
 
 using namespace tccl;
 using namespace std::chrono_literals;
+using tccl::testing::countOf;
+using tccl::testing::readFile;
 
 namespace {
 
 constexpr char kKey[] = "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf";
-
-size_t countOf(const std::string& s, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
-  return n;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A scratch directory for the ranks' stderr, removed at the end.
 struct LogDir {
