@@ -65,9 +65,9 @@ Transport::~Transport() {
   }
   if (strangerEvents_ > kStrangerLines || evicted_ > 0) {
     TCCL_WARN("listener " << listenAddr_ << " refused or dropped " << strangerEvents_
-                          << " connection(s) in all, " << evicted_
-                          << " of them closed to stay within TCCL_LISTEN_MAX_PENDING or the "
-                             "descriptor limit");
+                          << " connection(s) in all, and closed " << evicted_
+                          << " more in their handshake to stay within TCCL_LISTEN_MAX_PENDING or "
+                             "the descriptor limit");
   }
 }
 
@@ -605,6 +605,7 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       }
       bool done = service(p);
       if (!done && expired(p, now)) done = true;
+      p.seen = true;
       if (done) {
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       } else {

@@ -149,6 +149,9 @@ class Transport : public LinkProvider {
     auth::Transcript transcript;  // with a key: what both MACs cover
     uint64_t bytesSent = 0;       // handshake bytes, counted into the link's wire bytes
     uint64_t bytesRecv = 0;
+    // Read at least once by a service round: a peer's Hello, sent as it connects, has had
+    // its chance to arrive, so only such entries are ever closed to make room.
+    bool seen = false;
   };
   // Reads what is there; returns true when the pending entry is finished (either a
   // link was made or the connection was dropped). Throws for a refused outgoing
@@ -183,9 +186,10 @@ class Transport : public LinkProvider {
   void serviceRound(std::vector<pollfd>& fds);
   void acceptAll();
   // ---- the listener under abuse (transport_service.cpp) ----
-  // Closes the oldest incoming connection still in its handshake (one that has not even
-  // sent a valid Hello first); false if there is none.
+  // Closes the oldest incoming connection still in its handshake that a service round has
+  // read at least once (preferring one without a valid Hello); false if there is none.
   bool evictOldestIncoming();
+  std::unique_ptr<Pending> makeIncoming(net::Fd fd, const net::SockAddr& from);
   // True (and the entry is to be dropped) when p is an incoming connection past its
   // handshake deadline.
   bool expired(const Pending& p, Deadline::Clock::time_point now);

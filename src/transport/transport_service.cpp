@@ -101,8 +101,16 @@ void Transport::acceptAll() {
     acceptBackoff_ = std::chrono::milliseconds(0);  // descriptors again: the next pause is short
     size_t incoming = 0;
     for (const auto& q : pending_) incoming += q->outgoing ? 0 : 1;
-    if (incoming >= static_cast<size_t>(std::max(1, cfg_.maxPending)) && evictOldestIncoming() &&
-        !warnedCap_) {
+    if (incoming >= static_cast<size_t>(std::max(1, cfg_.maxPending))) {
+      if (!evictOldestIncoming()) {
+        // Every entry is this round's (a peer among them may not have been read yet):
+        // keep this one too, one over the cap, and accept no more until their Hellos are
+        // read; the rest wait in the kernel's queue.
+        pending_.push_back(makeIncoming(std::move(fd), from));
+        break;
+      }
+    }
+    if (incoming >= static_cast<size_t>(std::max(1, cfg_.maxPending)) && !warnedCap_) {
       warnedCap_ = true;
       TCCL_WARN("listener " << listenAddr_ << ": " << incoming
                             << " connections in their handshake, the cap (TCCL_LISTEN_MAX_PENDING="
@@ -110,12 +118,16 @@ void Transport::acceptAll() {
                             << "): closing the oldest to make room for each new one (logged "
                                "once; the count is logged when the communicator closes)");
     }
-    auto pend = std::make_unique<Pending>();
-    pend->fd = std::move(fd);
-    pend->address = from.toString();
-    pend->since = Deadline::Clock::now();
-    pending_.push_back(std::move(pend));
+    pending_.push_back(makeIncoming(std::move(fd), from));
   }
+}
+
+std::unique_ptr<Transport::Pending> Transport::makeIncoming(net::Fd fd, const net::SockAddr& from) {
+  auto pend = std::make_unique<Pending>();
+  pend->fd = std::move(fd);
+  pend->address = from.toString();
+  pend->since = Deadline::Clock::now();
+  return pend;
 }
 
 bool Transport::evictOldestIncoming() {
@@ -124,7 +136,7 @@ bool Transport::evictOldestIncoming() {
   auto victim = pending_.end();
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     const Pending& q = **it;
-    if (q.outgoing) continue;
+    if (q.outgoing || !q.seen) continue;
     if (victim == pending_.end() ||
         (q.stage == Stage::AwaitHello && (*victim)->stage != Stage::AwaitHello) ||
         (q.stage == (*victim)->stage && q.since < (*victim)->since)) {
@@ -203,6 +215,7 @@ void Transport::serviceRound(std::vector<pollfd>& fds) {
       done = true;
     }
     if (!done && expired(p, now)) done = true;
+    p.seen = true;
     if (done) {
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
