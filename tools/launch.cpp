@@ -39,6 +39,7 @@
 #include "base/log.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
+#include "net/iface.hpp"
 #include "net/socket.hpp"
 #include "subcommands.hpp"
 
@@ -232,11 +233,29 @@ void setUpAuthentication(const LaunchConfig& c) {
   const char* key = std::getenv("TCCL_AUTH_KEY");
   const char* file = std::getenv("TCCL_AUTH_KEY_FILE");
   const bool given = (key != nullptr && *key != '\0') || (file != nullptr && *file != '\0');
-  if (!given && c.nnodes == 1) {
+  const bool off = auth::optedOut();
+  if (!given && c.nnodes == 1 && !off) {
     // One launcher starts every rank: it can make up the secret and hand it down.
     ::setenv("TCCL_AUTH_KEY", randomHexKey().c_str(), 1);
   }
-  // Without a key (a multi-node job nobody gave one) this logs the one WARN line.
+  if (!given && c.nnodes > 1) {
+    // Several launchers cannot agree on a secret: a job across hosts needs one given, or
+    // an explicit TCCL_AUTH=off. Said here once, before any store or rank starts (they
+    // would each refuse the same way).
+    bool loopback = false;
+    try {
+      const auto addrs = net::resolve(c.masterAddr, 0);
+      loopback = !addrs.empty() && std::all_of(addrs.begin(), addrs.end(), [](const auto& a) {
+        return net::isLoopbackAddress(a.ip());
+      });
+    } catch (const Error&) {
+      // The store reports an unresolvable --master-addr.
+    }
+    auth::requireKeyToListen(
+        false, !loopback,
+        "this job of " + std::to_string(c.nnodes) + " nodes (its store and ranks)", c.masterAddr);
+  }
+  // Without a key (TCCL_AUTH=off, or the loopback) the store server and each rank log one WARN.
   if (auth::KeyPtr k = auth::keyFromEnv()) {
     TCCL_INFO("tccl launch: job key " << k->id() << (given ? "" : " (generated for this job)"));
   }

@@ -16,7 +16,8 @@ As `tccl launch` does (tools/launch.cpp, docs/launch.md):
 - job key: with neither TCCL_AUTH_KEY nor TCCL_AUTH_KEY_FILE set, the launcher makes one
   for the job (32 random bytes, hex) and gives it to every rank in TCCL_AUTH_KEY, so that
   the ranks' connections (to the store and to each other) are authenticated and two jobs
-  on one host never accept each other's connections. A key that is set is passed on.
+  on one host never accept each other's connections. A key that is set is passed on;
+  with TCCL_AUTH=off (the explicit opt-out, docs/security.md) none is made.
 
 When a rank fails, the others are killed at once (SIGKILL, to their whole process groups)
 and the launcher exits with the failing rank's status (128 + signal number if it was
@@ -70,9 +71,10 @@ def _write(stream, data):
 
 def job_key_env(env):
     """env with a job key: unchanged when TCCL_AUTH_KEY or TCCL_AUTH_KEY_FILE is set (not
-    empty), else with a fresh TCCL_AUTH_KEY (32 random bytes, hex) for this job alone."""
+    empty) or when TCCL_AUTH=off opts out of authentication, else with a fresh
+    TCCL_AUTH_KEY (32 random bytes, hex) for this job alone."""
     env = dict(env)
-    if env.get("TCCL_AUTH_KEY") or env.get("TCCL_AUTH_KEY_FILE"):
+    if env.get("TCCL_AUTH_KEY") or env.get("TCCL_AUTH_KEY_FILE") or env.get("TCCL_AUTH") == "off":
         return env
     env.pop("TCCL_AUTH_KEY_FILE", None)  # set but empty
     env["TCCL_AUTH_KEY"] = secrets.token_hex(32)

@@ -73,6 +73,22 @@ void putU64(std::vector<uint8_t>* out, uint64_t v) {
 
 std::atomic<bool> gWarnedUnauthenticated{false};
 
+// The opt-out's one WARN (it replaces the "not set" one: a process logs one or the other).
+void warnUnauthenticatedOnce(bool optedOut) {
+  if (gWarnedUnauthenticated.exchange(true)) return;
+  if (optedOut) {
+    TCCL_WARN(
+        "TCCL_AUTH=off: connections to and from this process are not authenticated, even "
+        "where it listens beyond the loopback (any process that can reach its ports can "
+        "join the job); see docs/security.md");
+  } else {
+    TCCL_WARN(
+        "TCCL_AUTH_KEY is not set: connections to and from this process are not "
+        "authenticated (any process that can reach its ports can join the job); "
+        "see docs/security.md");
+  }
+}
+
 }  // namespace
 
 Key::Key(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
@@ -107,15 +123,15 @@ KeyPtr keyFromEnv() {
     throwError(ErrorKind::InvalidArgument,
                "both TCCL_AUTH_KEY and TCCL_AUTH_KEY_FILE are set; set only one");
   }
-  if (!inline_ && !file) {
-    if (!gWarnedUnauthenticated.exchange(true)) {
-      TCCL_WARN(
-          "TCCL_AUTH_KEY is not set: connections to and from this process are not "
-          "authenticated (any process that can reach its ports can join the job); "
-          "see docs/security.md");
-    }
-    return nullptr;
+  const bool off = optedOut();
+  if (off && (inline_ || file)) {
+    throwError(ErrorKind::InvalidArgument,
+               std::string("TCCL_AUTH=off and ") +
+                   (inline_ ? "TCCL_AUTH_KEY" : "TCCL_AUTH_KEY_FILE") +
+                   " are both set: unset TCCL_AUTH to authenticate with the key, or the key to "
+                   "run unauthenticated");
   }
+  if (!inline_ && !file) return nullptr;  // requireKeyToListen says so, once
   std::string text = inline_ ? *inline_ : readKeyFile(*file);
   std::string error;
   KeyPtr key;
@@ -132,6 +148,34 @@ KeyPtr keyFromEnv() {
             " is not a valid key: " + error);
   }
   return key;
+}
+
+bool optedOut() {
+  const std::optional<std::string> v = config::getEnv("TCCL_AUTH");
+  if (!v || *v == "on") return false;
+  if (*v == "off") return true;
+  throwError(ErrorKind::InvalidArgument,
+             "TCCL_AUTH='" + *v + "' is neither 'off' (run without authentication) nor 'on'");
+}
+
+void requireKeyToListen(bool haveKey, bool beyondLoopback, const std::string& who,
+                        const std::string& address, int rank) {
+  if (haveKey) return;
+  const bool off = optedOut();
+  if (!beyondLoopback || off) {
+    // Allowed, and said once per process: here rather than where the key is read, so that
+    // a process that refuses to start prints its one error and nothing else.
+    warnUnauthenticatedOnce(off);
+    return;
+  }
+  throwError(ErrorKind::InvalidArgument,
+             who + " would listen on " + address +
+                 ", beyond the loopback, without a job key: any process that can reach that "
+                 "port could join the job. Give every process of the job the same key, "
+                 "TCCL_AUTH_KEY=$(openssl rand -hex 32) or TCCL_AUTH_KEY_FILE=<file holding "
+                 "one> (tccl launch makes one on a single node), or run unauthenticated on "
+                 "purpose with TCCL_AUTH=off (docs/security.md)",
+             rank);
 }
 
 std::vector<uint8_t> transcriptBytes(Role who, const Transcript& t) {
@@ -201,6 +245,7 @@ std::string randomHexKey() {
 
 bool ensureJobKeyInEnv() {
   if (config::getEnv("TCCL_AUTH_KEY") || config::getEnv("TCCL_AUTH_KEY_FILE")) return false;
+  if (optedOut()) return false;
   std::string key = randomHexKey();
   const int rc = ::setenv("TCCL_AUTH_KEY", key.c_str(), 1);
   wipe(&key);

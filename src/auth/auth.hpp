@@ -67,11 +67,25 @@ KeyPtr parseHexKey(std::string_view text, std::string* error);
 
 // The key of this process's job: TCCL_AUTH_KEY (hex), or TCCL_AUTH_KEY_FILE (a file
 // holding the same hex text, e.g. written by `openssl rand -hex 32`). nullptr when neither
-// is set; the first time that happens in a process it logs one WARN line saying
-// connections are unauthenticated. Throws InvalidArgumentError when both are set, when the
-// key is malformed, or when the file cannot be read; warns when the file is readable by
-// group or others.
+// is set (requireKeyToListen then logs the one WARN). Throws InvalidArgumentError when both are
+// set, when the key is malformed, or when the file cannot be read; warns when the file is readable
+// by group or others.
+//
+// TCCL_AUTH=off (docs/security.md) is the explicit opt-out: the process may listen beyond
+// the loopback without a key. Setting it together with a key is an InvalidArgumentError.
 KeyPtr keyFromEnv();
+
+// TCCL_AUTH: true for "off", false when unset or "on"; InvalidArgumentError otherwise.
+bool optedOut();
+
+// The secure-by-default rule: a process that listens beyond the loopback (`beyondLoopback`:
+// its listening socket is bound to a non-loopback or wildcard address) must hold a key
+// unless TCCL_AUTH=off. Otherwise throws one InvalidArgumentError that names `who` ("rank
+// 3", "the store server") and `address`, and says how to set a key or opt out. A listener
+// allowed without a key (loopback, or the opt-out) logs one WARN per process saying its
+// connections are not authenticated (the opt-out's own text under TCCL_AUTH=off).
+void requireKeyToListen(bool haveKey, bool beyondLoopback, const std::string& who,
+                        const std::string& address, int rank = -1);
 
 // Which end of a connection computes a MAC.
 enum class Role : uint8_t { Dialler = 1, Acceptor = 2 };
@@ -110,8 +124,8 @@ Nonce randomNonce();
 std::string randomHexKey();
 // For such a launcher: when neither TCCL_AUTH_KEY nor TCCL_AUTH_KEY_FILE is set, puts a
 // fresh key in this process's TCCL_AUTH_KEY, where the store it hosts and the ranks it
-// starts (which inherit it) find it. Returns whether it did. Call before creating the
-// store server.
+// starts (which inherit it) find it. Returns whether it did (never with TCCL_AUTH=off).
+// Call before creating the store server.
 bool ensureJobKeyInEnv();
 
 }  // namespace tccl::auth

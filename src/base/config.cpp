@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 
 #include "base/log.hpp"
@@ -92,6 +93,22 @@ std::optional<int64_t> spinMicros() { return getEnvInt("TCCL_SPIN_US", 0, 10'000
 int socketBufferBytes() {
   auto v = getEnvInt("TCCL_SOCKET_BUFFER", 0, 1 << 30);
   return v ? static_cast<int>(*v) : 0;
+}
+
+int listenMaxPending() {
+  return static_cast<int>(
+      getEnvInt("TCCL_LISTEN_MAX_PENDING", 1, 1 << 20).value_or(kDefaultListenMaxPending));
+}
+
+std::chrono::milliseconds handshakeTimeout() {
+  auto v = getEnvInt("TCCL_HANDSHAKE_TIMEOUT_MS", 1, 3'600'000);
+  return v ? std::chrono::milliseconds(*v) : kDefaultHandshakeTimeout;
+}
+
+std::optional<std::chrono::milliseconds> tcpUserTimeout() {
+  auto v = getEnvInt("TCCL_TCP_USER_TIMEOUT_MS", 0, std::numeric_limits<int32_t>::max());
+  if (!v) return std::nullopt;
+  return std::chrono::milliseconds(*v);
 }
 
 }  // namespace tccl::config

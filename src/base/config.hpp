@@ -1,6 +1,7 @@
 // Environment variables, parsed in one place. See docs/env.md for the full list.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,5 +38,19 @@ std::optional<Algorithm> allreduceAlgorithm();
 std::optional<int64_t> spinMicros();
 // TCCL_SOCKET_BUFFER: SO_SNDBUF/SO_RCVBUF in bytes (0 = kernel autotuning).
 int socketBufferBytes();
+
+// A rank's listener under abuse (docs/security.md, "Bounded under abuse").
+// TCCL_LISTEN_MAX_PENDING: connections in their handshake a rank keeps at once (default
+// 128); past it the oldest is closed to make room.
+int listenMaxPending();
+constexpr int kDefaultListenMaxPending = 128;
+// TCCL_HANDSHAKE_TIMEOUT_MS: how long an accepted connection may take to finish its
+// handshake before it is closed (default 30 s).
+std::chrono::milliseconds handshakeTimeout();
+constexpr std::chrono::milliseconds kDefaultHandshakeTimeout{30000};
+// TCCL_TCP_USER_TIMEOUT_MS: TCP keepalive + TCP_USER_TIMEOUT on data sockets (a peer host
+// that vanished without a FIN fails the link in about this long); 0 turns both off;
+// nullopt when unset (the communicator then uses its timeout).
+std::optional<std::chrono::milliseconds> tcpUserTimeout();
 
 }  // namespace tccl::config

@@ -203,6 +203,12 @@ void Communicator::Impl::openTransport() {
   tc.jobId = b.jobId;
   tc.commId = wire::hash64(b.options.name);
   tc.socketBufferBytes = config::socketBufferBytes();
+  tc.maxPending = config::listenMaxPending();
+  tc.handshakeTimeout = config::handshakeTimeout();
+  // A vanished peer host is detected within the communicator's timeout by default: a
+  // shorter one could end a link whose peer merely does not read for a while (the Linux
+  // TCP_USER_TIMEOUT caveat in net/socket.hpp), and that peer fails the timeout anyway.
+  tc.deadPeerTimeout = config::tcpUserTimeout().value_or(b.timeout);
   // Where to listen and publish: CommOptions::listenAddress, else TCCL_SOCKET_IFNAME /
   // TCCL_SOCKET_FAMILY, else this host's end of the route to the store; loopback is
   // refused when the job may span hosts (src/net/iface.hpp, docs/network.md).

@@ -132,6 +132,8 @@ bool isLoopbackAddress(const std::string& ip) {
   return std::memcmp(b, kMapped, 12) == 0 && b[12] == 127;
 }
 
+bool boundToLoopback(int fd) { return isLoopbackAddress(localAddress(fd).ip()); }
+
 bool isLinkLocalV6(const std::string& ip) {
   uint8_t b[16];
   return parseAddress(ip, b) == AF_INET6 && b[0] == 0xFE && (b[1] & 0xC0) == 0x80;

@@ -36,6 +36,9 @@ std::string describeInterfaces(const std::vector<Interface>& ifs);
 
 // True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. False for what does not parse.
 bool isLoopbackAddress(const std::string& ip);
+// True when the listening (or connected) socket fd is bound to a loopback address; false for
+// a wildcard (0.0.0.0, ::) or any other address: it can be reached from beyond this host.
+bool boundToLoopback(int fd);
 // True for fe80::/10: such an address needs a scope that other hosts cannot share.
 bool isLinkLocalV6(const std::string& ip);
 // AF_INET, AF_INET6, or AF_UNSPEC when ip is not a numeric address.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "tccl/error.hpp"
@@ -150,6 +151,24 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+void setDeadPeerTimeout(int fd, std::chrono::milliseconds userTimeout) {
+  if (userTimeout.count() <= 0) return;
+  // Probes start after a quarter of the timeout idle (1 s to 60 s), then every tenth
+  // (1 s to 30 s); with TCP_USER_TIMEOUT set, Linux gives up on an unanswered probe once
+  // the timeout has passed since the peer last answered, so the count is only a backstop.
+  const auto ms = userTimeout.count();
+  int on = 1;
+  int idle = static_cast<int>(std::clamp<int64_t>(ms / 4000, 1, 60));
+  int intvl = static_cast<int>(std::clamp<int64_t>(ms / 10000, 1, 30));
+  int cnt = 10;
+  auto user = static_cast<unsigned>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
+
 void setBufferSizes(int fd, int sndbuf, int rcvbuf) {
   if (sndbuf > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
@@ -182,7 +201,7 @@ Fd listenOn(const std::string& host, uint16_t port, int backlog) {
   throwError(ErrorKind::System, "cannot listen on " + joinHostPort(host, port) + ": " + lastErr);
 }
 
-Fd acceptNonBlocking(int listenFd, SockAddr* from) {
+Fd acceptNonBlocking(int listenFd, SockAddr* from, int* err) {
   SockAddr a;
   a.len = sizeof a.storage;
   for (;;) {
@@ -195,7 +214,9 @@ Fd acceptNonBlocking(int listenFd, SockAddr* from) {
     }
     if (errno == EINTR) continue;
     // EAGAIN: nothing pending. ECONNABORTED and friends: that client is gone; the
-    // caller simply polls again.
+    // caller simply polls again. EMFILE / ENFILE: the caller must not poll again at once
+    // (the connection is still queued, so the listener stays readable).
+    if (err != nullptr) *err = errno;
     return Fd();
   }
 }

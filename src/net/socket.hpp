@@ -6,6 +6,7 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -65,8 +66,10 @@ std::string joinHostPort(const std::string& host, uint16_t port);
 // "::" listens on both families (IPV6_V6ONLY off).
 Fd listenOn(const std::string& host, uint16_t port, int backlog = 128);
 
-// Accepts one pending connection from a nonblocking listener; invalid Fd if none.
-Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr);
+// Accepts one pending connection from a nonblocking listener; invalid Fd if none, with
+// *err (when given) the errno of the failed accept (EAGAIN: nothing pending; EMFILE /
+// ENFILE: out of descriptors, the connection stays queued and the caller must back off).
+Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr, int* err = nullptr);
 
 // Connects, retrying failed attempts with backoff until the deadline. Returns a
 // connected socket in nonblocking mode with TCP_NODELAY set. Throws TimeoutError
@@ -78,6 +81,12 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline,
 
 void setNonBlocking(int fd, bool on = true);
 void setNoDelay(int fd);
+// TCP keepalive with probes while the connection is idle, and TCP_USER_TIMEOUT: a peer
+// whose host vanished without a FIN (power loss, cable, a dropped link) is detected in
+// about `userTimeout` (the socket then fails with ETIMEDOUT) whether or not data is in
+// flight. Caveat (Linux): the same timeout also ends a connection whose peer keeps its
+// receive window shut (does not read) for that long. 0 or less: leaves the socket alone.
+void setDeadPeerTimeout(int fd, std::chrono::milliseconds userTimeout);
 // Optional explicit socket buffer sizes (bytes; 0 keeps the kernel's autotuning).
 void setBufferSizes(int fd, int sndbuf, int rcvbuf);
 

@@ -30,6 +30,7 @@
 
 #include "auth/auth.hpp"
 #include "base/log.hpp"
+#include "net/iface.hpp"
 #include "net/socket.hpp"
 #include "store/store_protocol.hpp"
 #include "tccl/error.hpp"
@@ -564,6 +565,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port)
   }
   auth::KeyPtr key = auth::keyFromEnv();
   const std::string name = net::joinHostPort(host, impl_->port);
+  auth::requireKeyToListen(key != nullptr, !net::boundToLoopback(impl_->listenFd.get()),
+                           "the store server", name);  // secure by default (issue 14)
   TCCL_INFO("store server listening on "
             << name
             << (key ? " (clients must authenticate, key id " + key->id() + ")"

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/log.hpp"
+#include "net/iface.hpp"
 #include "tccl/error.hpp"
 #include "transport/tcp_link.hpp"
 #include "transport/transport_detail.hpp"
@@ -24,6 +25,9 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store)
   listener_ = net::listenOn(cfg_.listenAddress, 0);
   net::SockAddr a = net::localAddress(listener_.get());
   listenAddr_ = net::joinHostPort(a.ip(), a.port());
+  // Secure by default (docs/security.md): no listener beyond the loopback without a key.
+  auth::requireKeyToListen(cfg_.authKey != nullptr, !net::boundToLoopback(listener_.get()),
+                           "rank " + std::to_string(cfg_.rank), listenAddr_, cfg_.rank);
   serviceWake_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!serviceWake_.valid()) {
     throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
@@ -41,10 +45,6 @@ Transport::Transport(TransportConfig config, std::shared_ptr<Store> store,
     : cfg_(std::move(config)), store_(std::move(store)), hub_(std::move(hub)) {
   if (cfg_.authKeyFromEnv) cfg_.authKey = auth::keyFromEnv();
   listenAddr_ = hub_->listenAddr_;
-  linkEvent_ = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!linkEvent_.valid()) {
-    throwError(ErrorKind::System, "eventfd: " + net::errnoString(errno), cfg_.rank);
-  }
   {
     std::lock_guard<std::mutex> lk(hub_->childMu_);
     hub_->children_.push_back(this);
@@ -87,9 +87,15 @@ Transport::~Transport() {
       if (service(*p)) continue;
     } catch (...) {
     }
-    TCCL_WARN("closing a connection from "
-              << p->address << " that never finished its handshake ("
-              << (p->stage == Stage::AwaitProof ? "no proof" : "no hello") << ")");
+    warnStranger("closing a connection from " + p->address +
+                 " that never finished its handshake (" +
+                 (p->stage == Stage::AwaitProof ? "no proof" : "no hello") + ")");
+  }
+  if (strangerEvents_ > kStrangerLines || evicted_ > 0) {
+    TCCL_WARN("listener " << listenAddr_ << " refused or dropped " << strangerEvents_
+                          << " connection(s) in all, and closed " << evicted_
+                          << " more in their handshake to stay within TCCL_LISTEN_MAX_PENDING or "
+                             "the descriptor limit");
   }
 }
 
@@ -187,6 +193,8 @@ std::vector<int> Transport::connectedPeers(Lane lane) const {
 
 void Transport::addLink(Pending& p) {
   net::setBufferSizes(p.fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
+  // A peer host that vanishes without a FIN fails the link, heartbeats or not.
+  net::setDeadPeerTimeout(p.fd.get(), cfg_.deadPeerTimeout);
   auto l = std::make_unique<TcpLink>(p.peer, p.lane, p.address, std::move(p.fd));
   PeerCounters handshake;
   handshake.wireSent = p.bytesSent;
@@ -240,8 +248,8 @@ bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std:
     // Two ranks dialling each other for point to point at once: routine.
     TCCL_INFO("refused a crossed p2p dial from " << p.address << detail);
   } else {
-    TCCL_WARN("rejected a connection from " << p.address << ": " << wire::toString(reason)
-                                            << detail);
+    warnStranger("rejected a connection from " + p.address + ": " +
+                 std::string(wire::toString(reason)) + detail);
   }
   // Read what the stranger already sent (a bounded amount: it may keep sending), so that
   // closing with unread input does not reset the connection before it reads our Reject.
@@ -451,8 +459,8 @@ bool Transport::service(Pending& p) {
         info.message = "connection closed during the handshake (the peer refused or died)";
         throwError(std::move(info));
       }
-      TCCL_WARN("a connection from " << p.address << " closed during the handshake after "
-                                     << p.bytesRecv + p.got << " bytes; ignored");
+      warnStranger("a connection from " + p.address + " closed during the handshake after " +
+                   std::to_string(p.bytesRecv + p.got) + " bytes; ignored");
       return true;
     }
     p.got += static_cast<size_t>(n);
@@ -628,11 +636,8 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
         continue;
       }
       bool done = service(p);
-      if (!done && !p.outgoing && now - p.since > kStrangerGrace) {
-        TCCL_WARN("dropping a connection from " << p.address << " that sent no handshake in "
-                                                << kStrangerGrace.count() << " s");
-        done = true;
-      }
+      if (!done && expired(p, now)) done = true;
+      p.seen = true;
       if (done) {
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
@@ -656,9 +661,10 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
       waiters_.insert(myWake.get());
     }
     std::vector<pollfd> fds;
-    // A child has no listener: its hub's service thread accepts and routes for it.
+    // A child has no listener: its hub's service thread accepts and routes for it. The
+    // listener's descriptor is -1 (ignored by poll) while accepts pause.
     const bool listens = listener_.valid();
-    if (listens) fds.push_back({listener_.get(), POLLIN, 0});
+    if (listens) fds.push_back({listenerPollFd(), POLLIN, 0});
     for (const auto& p : pending_) {
       if (!p->outgoing || p->lane == lane) fds.push_back({p->fd.get(), POLLIN, 0});
     }
@@ -666,6 +672,7 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
     fds.push_back({myWake.get(), POLLIN, 0});
     int timeout = deadline.pollTimeoutMs();
     if (timeout < 0 || timeout > 1000) timeout = 1000;  // wake to expire strangers
+    timeout = capPollTimeout(timeout);
     // Without the lock: the other lane's thread goes on meanwhile (a descriptor it
     // closes under this poll only makes it return early).
     lk.unlock();

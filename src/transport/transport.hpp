@@ -72,6 +72,15 @@ struct TransportConfig {
   // construction instead.
   auth::KeyPtr authKey;
   bool authKeyFromEnv = true;
+  // The listener under abuse (docs/security.md): at most maxPending incoming connections
+  // in their handshake at once (past it the oldest is closed), each closed unless it
+  // finishes within handshakeTimeout. Before it authenticates, a connection makes this
+  // rank read at most two 112-byte handshake messages (plus at most 64 KiB drained
+  // after a Reject), whatever it sends.
+  int maxPending = 128;
+  std::chrono::milliseconds handshakeTimeout{30000};
+  // Data sockets: keepalive + TCP_USER_TIMEOUT (net::setDeadPeerTimeout); 0: off.
+  std::chrono::milliseconds deadPeerTimeout{60000};
 };
 
 class Transport : public LinkProvider {
@@ -161,6 +170,9 @@ class Transport : public LinkProvider {
     auth::Transcript transcript;  // with a key: what both MACs cover
     uint64_t bytesSent = 0;       // handshake bytes, counted into the link's wire bytes
     uint64_t bytesRecv = 0;
+    // Read at least once by a service round: a peer's Hello, sent as it connects, has had
+    // its chance to arrive, so only such entries are ever closed to make room.
+    bool seen = false;
   };
   // Reads what is there; returns true when the pending entry is finished (either a
   // link was made or the connection was dropped). Throws for a refused outgoing
@@ -204,6 +216,24 @@ class Transport : public LinkProvider {
   void adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h);
   // Wakes the service thread that serves this transport (the hub's for a child).
   void wakeService();
+  // ---- the listener under abuse (transport_service.cpp) ----
+  // Closes the oldest incoming connection still in its handshake that a service round has
+  // read at least once (preferring one without a valid Hello); false if there is none.
+  bool evictOldestIncoming();
+  std::unique_ptr<Pending> makeIncoming(net::Fd fd, const net::SockAddr& from);
+  // True (and the entry is to be dropped) when p is an incoming connection past its
+  // handshake deadline.
+  bool expired(const Pending& p, Deadline::Clock::time_point now);
+  // accept(2) failed with EMFILE / ENFILE / ENOBUFS / ENOMEM: stop polling the listener
+  // for a while (the connection stays queued, so it would be readable at once again).
+  void acceptExhausted(int err);
+  // The listener's descriptor for poll(): -1 (ignored) while accepting is paused.
+  int listenerPollFd() const;
+  // A poll timeout (ms) that also wakes when the pause ends.
+  int capPollTimeout(int timeoutMs) const;
+  // One WARN line about a stranger, for the first kStrangerLines of them; then one line
+  // saying the rest are only counted (the count is logged when the transport closes).
+  void warnStranger(const std::string& line);
   // A p2p dial, on a thread of its own: the peer's address, the TCP connect and the
   // Hello, then the service thread takes it over.
   void dialP2P(int peer);
@@ -248,6 +278,13 @@ class Transport : public LinkProvider {
   std::shared_ptr<Transport> hub_;
   mutable std::mutex childMu_;
   std::vector<Transport*> children_;
+  // The listener under abuse (mu_).
+  Deadline::Clock::time_point acceptPausedUntil_{};
+  std::chrono::milliseconds acceptBackoff_{0};
+  bool warnedCap_ = false;
+  bool warnedFdLimit_ = false;
+  uint64_t strangerEvents_ = 0;
+  uint64_t evicted_ = 0;
 };
 
 }  // namespace tccl

@@ -2,15 +2,16 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "transport/link.hpp"
 
 namespace tccl::transport_detail {
 
-// A would-be peer that has not finished its Hello in this long is dropped, so that a
-// silent stranger cannot pin a descriptor forever.
-inline constexpr std::chrono::seconds kStrangerGrace{30};
+// A listener's WARN lines about strangers (refused, dropped, closed mid-handshake): the
+// first this many, then one line, then only a count (a flood must not flood the log).
+inline constexpr uint64_t kStrangerLines = 10;
 
 inline std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
 

@@ -3,6 +3,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <thread>
 
 #include "base/log.hpp"
@@ -110,15 +112,111 @@ void Transport::dialP2P(int peer) {
 }
 
 void Transport::acceptAll() {
+  if (Deadline::Clock::now() < acceptPausedUntil_) return;
   for (;;) {
     net::SockAddr from;
-    net::Fd fd = net::acceptNonBlocking(listener_.get(), &from);
-    if (!fd.valid()) break;
-    auto pend = std::make_unique<Pending>();
-    pend->fd = std::move(fd);
-    pend->address = from.toString();
-    pend->since = Deadline::Clock::now();
-    pending_.push_back(std::move(pend));
+    int err = 0;
+    net::Fd fd = net::acceptNonBlocking(listener_.get(), &from, &err);
+    if (!fd.valid()) {
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) acceptExhausted(err);
+      break;
+    }
+    acceptBackoff_ = std::chrono::milliseconds(0);  // descriptors again: the next pause is short
+    size_t incoming = 0;
+    for (const auto& q : pending_) incoming += q->outgoing ? 0 : 1;
+    if (incoming >= static_cast<size_t>(std::max(1, cfg_.maxPending))) {
+      if (!evictOldestIncoming()) {
+        // Every entry is this round's (a peer among them may not have been read yet):
+        // keep this one too, one over the cap, and accept no more until their Hellos are
+        // read; the rest wait in the kernel's queue.
+        pending_.push_back(makeIncoming(std::move(fd), from));
+        break;
+      }
+    }
+    if (incoming >= static_cast<size_t>(std::max(1, cfg_.maxPending)) && !warnedCap_) {
+      warnedCap_ = true;
+      TCCL_WARN("listener " << listenAddr_ << ": " << incoming
+                            << " connections in their handshake, the cap (TCCL_LISTEN_MAX_PENDING="
+                            << cfg_.maxPending
+                            << "): closing the oldest to make room for each new one (logged "
+                               "once; the count is logged when the communicator closes)");
+    }
+    pending_.push_back(makeIncoming(std::move(fd), from));
+  }
+}
+
+std::unique_ptr<Transport::Pending> Transport::makeIncoming(net::Fd fd, const net::SockAddr& from) {
+  auto pend = std::make_unique<Pending>();
+  pend->fd = std::move(fd);
+  pend->address = from.toString();
+  pend->since = Deadline::Clock::now();
+  return pend;
+}
+
+bool Transport::evictOldestIncoming() {
+  // A peer sends its Hello as soon as its connect completes, so the connections that sit
+  // longest without one (then those still without a proof) are strangers.
+  auto victim = pending_.end();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const Pending& q = **it;
+    if (q.outgoing || !q.seen) continue;
+    if (victim == pending_.end() ||
+        (q.stage == Stage::AwaitHello && (*victim)->stage != Stage::AwaitHello) ||
+        (q.stage == (*victim)->stage && q.since < (*victim)->since)) {
+      victim = it;
+    }
+  }
+  if (victim == pending_.end()) return false;
+  ++evicted_;
+  pending_.erase(victim);
+  return true;
+}
+
+void Transport::acceptExhausted(int err) {
+  // The queued connection keeps the listener readable: polling it again at once would spin
+  // a core. Free a descriptor if a stranger holds one, and look again after a pause that
+  // doubles (10 ms to 1 s) while the shortage lasts.
+  acceptBackoff_ = std::clamp(acceptBackoff_ * 2, std::chrono::milliseconds(10),
+                              std::chrono::milliseconds(1000));
+  acceptPausedUntil_ = Deadline::Clock::now() + acceptBackoff_;
+  const bool freed = evictOldestIncoming();
+  if (!warnedFdLimit_) {
+    warnedFdLimit_ = true;
+    TCCL_WARN("listener " << listenAddr_ << ": accept failed: " << net::errnoString(err)
+                          << "; pausing accepts (10 ms to 1 s at a time) while it lasts"
+                          << (freed ? ", closing the oldest connection in its handshake" : "")
+                          << " (logged once; raise ulimit -n if peers cannot connect)");
+  }
+}
+
+int Transport::listenerPollFd() const {
+  return Deadline::Clock::now() < acceptPausedUntil_ ? -1 : listener_.get();
+}
+
+int Transport::capPollTimeout(int timeoutMs) const {
+  const auto now = Deadline::Clock::now();
+  if (now >= acceptPausedUntil_) return timeoutMs;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(acceptPausedUntil_ - now);
+  const int ms = static_cast<int>(left.count()) + 1;
+  return timeoutMs < 0 ? ms : std::min(timeoutMs, ms);
+}
+
+bool Transport::expired(const Pending& p, Deadline::Clock::time_point now) {
+  if (p.outgoing || now - p.since <= cfg_.handshakeTimeout) return false;
+  warnStranger("dropping a connection from " + p.address +
+               " that did not finish its handshake in " +
+               std::to_string(cfg_.handshakeTimeout.count()) + " ms (TCCL_HANDSHAKE_TIMEOUT_MS)");
+  return true;
+}
+
+void Transport::warnStranger(const std::string& line) {
+  ++strangerEvents_;
+  if (strangerEvents_ <= kStrangerLines) {
+    TCCL_WARN(line);
+  } else if (strangerEvents_ == kStrangerLines + 1) {
+    TCCL_WARN("more than " << kStrangerLines
+                           << " connections refused or dropped by this rank's listener; the rest "
+                              "are counted, not logged (the count is logged when it closes)");
   }
 }
 
@@ -161,7 +259,7 @@ void Transport::adoptIncoming(std::unique_ptr<Pending> p, const wire::Hello& h) 
 
 void Transport::serviceRound(std::vector<pollfd>& fds) {
   fds.clear();
-  fds.push_back({listener_.get(), POLLIN, 0});
+  fds.push_back({listenerPollFd(), POLLIN, 0});  // -1 (ignored) while accepts pause, or a child
   fds.push_back({serviceWake_.get(), POLLIN, 0});
   servicePending(fds);
 }
@@ -183,11 +281,8 @@ void Transport::servicePending(std::vector<pollfd>& fds) {
       signalLinkEvent();
       done = true;
     }
-    if (!done && !p.outgoing && now - p.since > kStrangerGrace) {
-      TCCL_WARN("dropping a connection from " << p.address << " that sent no handshake in "
-                                              << kStrangerGrace.count() << " s");
-      done = true;
-    }
+    if (!done && expired(p, now)) done = true;
+    p.seen = true;
     if (done) {
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
@@ -202,9 +297,11 @@ void Transport::servicePending(std::vector<pollfd>& fds) {
 void Transport::serviceLoop() {
   std::vector<pollfd> fds;
   while (!stopping_.load()) {
+    int timeout = 1000;  // 1 s: expire strangers
     {
       std::lock_guard<std::mutex> lk(mu_);
       serviceRound(fds);
+      timeout = capPollTimeout(timeout);
     }
     {
       // The children's handshakes in progress and their p2p dials' replies, in the same
@@ -215,7 +312,7 @@ void Transport::serviceLoop() {
         child->servicePending(fds);
       }
     }
-    const int n = ::poll(fds.data(), fds.size(), 1000);  // 1 s: expire strangers
+    const int n = ::poll(fds.data(), fds.size(), timeout);
     if (stopping_.load()) break;
     if (n <= 0) continue;
     if (fds[1].revents != 0) {

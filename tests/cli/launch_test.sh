@@ -136,13 +136,13 @@ check "no rank outlives a launcher killed by SIGKILL" test "$(count_marked)" -eq
 
 # ---- two "nodes" on loopback: two launchers, one store --------------------------------
 two_nodes() {  # extra options for both launchers...; leaves node0.out, node1.out, rc0, rc1
-  local port
+  local port master=${MASTER:-127.0.0.1}
   port=$(free_port)
-  timeout 60 "$tccl" launch --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 127.0.0.1 \
+  timeout 60 "$tccl" launch --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr "$master" \
     --master-port "$port" "$@" >"$tmp/node1.out" 2>&1 &
   local p1=$!
   bg+=("$p1")
-  timeout 60 "$tccl" launch --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr 127.0.0.1 \
+  timeout 60 "$tccl" launch --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr "$master" \
     --master-port "$port" "$@" >"$tmp/node0.out" 2>&1
   rc0=$?
   wait "$p1"
@@ -162,6 +162,15 @@ check "two nodes with a key: no WARN" test "$(cat "$tmp/node0.out" "$tmp/node1.o
 two_nodes -- "$worker"
 check "two nodes without a key still run" test "$rc0" -eq 0 -a "$rc1" -eq 0
 check "two nodes without a key: the launcher warns once" test "$(grep -c "^tccl WARN .*not authenticated" "$tmp/node0.out")" -eq 1
+
+# Secure by default (docs/security.md): a store beyond the loopback needs a key or TCCL_AUTH=off.
+MASTER=0.0.0.0 two_nodes -- "$worker"
+check "two nodes on 0.0.0.0 without a key: both launchers refuse" test "$rc0" -ne 0 -a "$rc1" -ne 0
+check "they say how to set a key or opt out" grep -q "beyond the loopback, without a job key.*TCCL_AUTH_KEY=.*TCCL_AUTH=off" "$tmp/node0.out"
+check "before any rank starts" test "$(cat "$tmp/node0.out" "$tmp/node1.out" | grep -c '^\[rank')" -eq 0
+MASTER=0.0.0.0 TCCL_AUTH=off two_nodes -- "$worker"
+check "two nodes on 0.0.0.0 with TCCL_AUTH=off run" test "$rc0" -eq 0 -a "$rc1" -eq 0
+check "TCCL_AUTH=off: the store's launcher warns once" test "$(grep -c "^tccl WARN .*TCCL_AUTH=off" "$tmp/node0.out")" -eq 1
 
 start=$(now)
 two_nodes --auth-key-file "$tmp/key" -- "$worker" --fail-rank 3 --code 5 --marker "$marker"

@@ -2,7 +2,7 @@
 # tccl across hosts: 4 network-namespace "hosts" on a bridge (tests/netns/cluster.sh),
 # one `tccl launch` per host, 2 ranks each. Usage:
 #   netns_test.sh CASE TCCL_CLI NETNS_WORKER
-# CASE: collectives | bytes | ifname | stranger | ratelimit | all
+# CASE: collectives | bytes | ifname | stranger | ratelimit | vanish | all
 # Exit 0: passed; 77: skipped (no namespaces here; the reason is printed); else failed.
 # docs/testing-netns.md describes the cases and the figures they check.
 set -uo pipefail
@@ -234,6 +234,53 @@ case_stranger() {
   cat "$LOGDIR"/stranger.*.log | grep -- "$(cluster_addr x)"
 }
 
+# ---- a host that vanishes without a FIN, heartbeats off --------------------------------
+case_vanish() {
+  local dir="$LOGDIR/vanish"
+  mkdir -p "$dir"
+  # Host 1 drops its link once every rank is connected; nothing says goodbye, and with
+  # TCCL_HEARTBEAT_MS=0 only the data sockets' keepalive / TCP_USER_TIMEOUT can tell
+  # host 0 (3 s here; the communicator's timeout, 60 s, would be the only bound without).
+  run_job vanish 2 1 TCCL_HEARTBEAT_MS=0 TCCL_TCP_USER_TIMEOUT_MS=3000 TCCL_TIMEOUT_MS=60000 \
+    -- vanish "$dir" 1 &
+  local job=$! i=0
+  while [ "$(find "$dir" -name 'ready.*' | wc -l)" -lt 2 ]; do
+    i=$((i + 1))
+    if [ $i -gt 1200 ]; then
+      echo "FAILED: the ranks did not connect within 60 s"
+      fails=$((fails + 1))
+      touch "$dir/down" "$dir/end"
+      wait $job
+      return
+    fi
+    sleep 0.05
+  done
+  cluster_exec 1 ip link set mgmt0 down
+  cluster_exec 1 ip link set data0 down
+  touch "$dir/down"
+  i=0
+  while ! grep -q "vanish: failed after" "$LOGDIR"/vanish.0.log 2>/dev/null && [ $i -lt 600 ]; do
+    i=$((i + 1))
+    sleep 0.1
+  done
+  # Host 1 back, so its launcher can say it is done, and its rank leaves.
+  cluster_exec 1 ip link set mgmt0 up
+  cluster_exec 1 ip link set data0 up
+  touch "$dir/end"
+  wait $job
+  local line secs
+  line=$(grep -h "vanish: failed after" "$LOGDIR"/vanish.0.log)
+  echo "$line"
+  secs=$(sed -nE 's/.*failed after ([0-9.]+) s.*/\1/p' <<<"$line" | head -1)
+  check "the survivor's call fails" test -n "$secs"
+  check "within 15 s of the link drop (TCP_USER_TIMEOUT 3 s; timeout 60 s)" \
+    awk -v s="${secs:-999}" 'BEGIN { exit !(s < 15) }'
+  check "the error names the vanished rank 1" grep -q "vanish: failed after.*rank 1" \
+    "$LOGDIR"/vanish.0.log
+  check "it is not the communicator's timeout" bash -c \
+    "! grep 'vanish: failed after' '$LOGDIR/vanish.0.log' | grep -q 'Timeout'"
+}
+
 # ---- rate-limited links: the ring's advantage in seconds --------------------------------
 case_ratelimit() {
   if ! cluster_shape 200mbit; then
@@ -255,8 +302,8 @@ cluster_require
 cluster_up $HOSTS || { echo "FAILED: could not build the namespace cluster"; exit 1; }
 trap 'finish' EXIT  # cluster_up set its own traps; finish also deletes the cluster
 case $case_name in
-  collectives | bytes | ifname | stranger | ratelimit) "case_$case_name" ;;
-  all) for c in collectives bytes ifname stranger ratelimit; do "case_$c"; done ;;
+  collectives | bytes | ifname | stranger | ratelimit | vanish) "case_$case_name" ;;
+  all) for c in collectives bytes ifname stranger ratelimit vanish; do "case_$c"; done ;;
   *)
     echo "unknown case $case_name"
     exit 2

@@ -26,6 +26,10 @@
 //                            JOBID without a key (nokey) or with a wrong one (wrongkey:
 //                            it answers the rank's challenge), then reads until the rank
 //                            closes the connection. Exit 0: closed within SECONDS
+//   vanish DIR HOST          one all-reduce, then DIR/ready.<rank>; the ranks of HOST wait
+//                            for DIR/end and leave; the others wait for DIR/down (the test
+//                            dropped HOST's link) and run an all-reduce that must fail,
+//                            printing "vanish: failed after S s: <error>"
 //   has-algo NAME            exit 0 if this build implements all-reduce algorithm NAME
 //
 // Exit status 0 means every check passed; the first failure is printed with its figures.
@@ -482,6 +486,31 @@ int waitGoMain(Job& job, const std::string& dir, int lateMs, int64_t knockedHost
   return 0;
 }
 
+// A peer host that vanishes without a FIN (its link dropped) while heartbeats are off: the
+// data sockets' keepalive / TCP_USER_TIMEOUT must fail the survivors' call in bounded time.
+int vanishMain(Job& job, const std::string& dir, int64_t vanishingHost) {
+  allreduceChecked(job, Algorithm::Ring, 1000);  // every link is up
+  touch(fs::path(dir) / ("ready." + std::to_string(job.rank)), "1");
+  const bool vanishing = job.hostOf[static_cast<size_t>(job.rank)] == vanishingHost;
+  const std::string waitFor = vanishing ? "end" : "down";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(80);
+  while (!fs::exists(fs::path(dir) / waitFor)) {
+    check(std::chrono::steady_clock::now() < until, "no " + dir + "/" + waitFor + " within 80 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (vanishing) _exit(0);  // its peers failed already; nothing to tear down
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    allreduceChecked(job, Algorithm::Ring, 1000);
+    die("vanish: the all-reduce with a vanished host succeeded");
+  } catch (const tccl::Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "rank " << job.rank << " vanish: failed after " << s << " s: " << e.what()
+              << std::endl;
+  }
+  _exit(0);  // the communicator's teardown would wait for the vanished ranks
+}
+
 // Reads exactly n bytes before the deadline; false on end-of-file, reset or time-out
 // (*closed says whether the peer closed).
 bool readExactly(int fd, uint8_t* out, size_t n, std::chrono::steady_clock::time_point until,
@@ -625,6 +654,7 @@ int main(int argc, char** argv) {
     if (what == "timing")
       return timingMain(job, std::stoull(arg(2)), std::stoi(arg(3)), std::stod(arg(4)),
                         std::stod(arg(5)));
+    if (what == "vanish") return vanishMain(job, arg(2), std::stoll(arg(3)));
     if (what == "wait-go") return waitGoMain(job, arg(2), std::stoi(arg(3)), std::stoll(arg(4)));
     std::cerr << "unknown scenario " << what << std::endl;
     return 2;

@@ -25,11 +25,15 @@
 #include "core/process.hpp"
 #include "net/socket.hpp"
 #include "tccl/tccl.hpp"
+#include "text_util.hpp"
 #include "transport/transport.hpp"
 #include "transport/wire.hpp"
 
 using namespace tccl;
 using namespace std::chrono_literals;
+using tccl::testing::contains;
+using tccl::testing::countOf;
+using tccl::testing::readFile;
 using tccl::testing::ScopedEnv;
 
 namespace {
@@ -39,23 +43,6 @@ constexpr char kKeyB[] =
     "5f5e5d5c5b5a59585756555453525150"
     "4f4e4d4c4b4a49484746454443424140";
 constexpr char kWrongKey[] = "0000000000000000000000000000000000000000000000000000000000000001";
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-size_t countOf(const std::string& s, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
-  return n;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // One job: a TcpStore server hosted here (holding `key`, or none), `world` worker
 // processes with the same key in their environment, each rank's stderr in a file.

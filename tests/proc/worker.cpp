@@ -393,6 +393,46 @@ void runHier(Communicator& comm, const std::vector<int>& hostOf, const std::vect
   publish(comm, "hier", rec.str());
 }
 
+// A job under a connection flood (listener_test.cpp): exact all-reduces every 20 ms
+// until the test says "flood/done", then this rank's CPU seconds, peak RSS and calls.
+void runFloodTarget(Communicator& comm) {
+  const int r = comm.rank();
+  const int n = comm.size();
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto t0 = std::chrono::steady_clock::now();
+  int calls = 0;
+  for (;;) {
+    // Every rank decides from the same store read, so all run the same number of calls.
+    std::vector<int64_t> go = {comm.store()->check({"flood/done"}) ? 1 : 0};
+    comm.allreduce(std::span<int64_t>(go), ReduceOp::Max);
+    if (go[0] != 0) break;
+    const size_t count = 1000 + static_cast<size_t>(calls % 7);
+    std::vector<int64_t> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = static_cast<int64_t>(i) * (r + 1) + calls;
+    comm.allreduce(std::span<int64_t>(v));
+    const int64_t ranks = int64_t{n} * (n + 1) / 2;
+    for (size_t i = 0; i < count; ++i) {
+      if (v[i] != static_cast<int64_t>(i) * ranks + int64_t{n} * calls)
+        die("flood: call " + std::to_string(calls) + " index " + std::to_string(i));
+    }
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  const double cpu =
+      sec(after.ru_utime) + sec(after.ru_stime) - sec(before.ru_utime) - sec(before.ru_stime);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ostringstream rec;
+  rec << "ok calls=" << calls << " cpu_s=" << cpu << " wall_s=" << wall
+      << " maxrss_kib=" << after.ru_maxrss;
+  publish(comm, "flood-target", rec.str());
+}
+
 int runFailure(Communicator& comm, const std::string& scenario, int culprit, int sleepMs) {
   const int r = comm.rank();
   size_t count = 4096;
@@ -404,6 +444,10 @@ int runFailure(Communicator& comm, const std::string& scenario, int culprit, int
                    {Algorithm::Ring, std::nullopt});
     if (r == culprit) _exit(3);
   }
+  if (scenario == "late" && r == culprit) {
+    // Joins the collective late: the others sit in it meanwhile (listener_test.cpp).
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
+  }
   if (scenario == "sleep" && r == culprit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
     return 0;
@@ -414,6 +458,10 @@ int runFailure(Communicator& comm, const std::string& scenario, int culprit, int
   try {
     comm.allreduce(buf.data(), count, DataType::Float32, ReduceOp::Sum,
                    {Algorithm::Ring, std::nullopt});
+    for (size_t i = 0; i < count; ++i) {
+      if (buf[i] != static_cast<float>(comm.size()))
+        die(scenario + ": wrong sum at " + std::to_string(i));
+    }
     publish(comm, scenario, "ok");
   } catch (const Error& e) {
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -472,6 +520,8 @@ int main(int argc, char** argv) {
       comm.store()->wait({"go"}, std::chrono::milliseconds(30000));
       runGrid(comm, parseCounts("0,1,N+1,1000", comm.size()));
       publish(comm, scenario, "ok");
+    } else if (scenario == "flood-target") {
+      runFloodTarget(comm);
     } else if (scenario == "large") {
       const size_t count = std::stoull(argv[2]);
       std::vector<float> buf(count);

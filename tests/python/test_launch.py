@@ -210,3 +210,11 @@ def test_job_key_env_keeps_a_key_file():
     assert job_key_env({"TCCL_AUTH_KEY_FILE": "/k"}) == {"TCCL_AUTH_KEY_FILE": "/k"}
     made = job_key_env({"TCCL_AUTH_KEY": "", "TCCL_AUTH_KEY_FILE": ""})
     assert re.fullmatch("[0-9a-f]{64}", made["TCCL_AUTH_KEY"]) and "TCCL_AUTH_KEY_FILE" not in made
+
+
+def test_job_key_env_makes_no_key_under_the_opt_out():
+    from tccl.launch import job_key_env
+    # TCCL_AUTH=off (docs/security.md) runs the job unauthenticated on purpose: no key.
+    assert job_key_env({"TCCL_AUTH": "off"}) == {"TCCL_AUTH": "off"}
+    made = job_key_env({"TCCL_AUTH": "on"})
+    assert re.fullmatch("[0-9a-f]{64}", made["TCCL_AUTH_KEY"])

@@ -366,6 +366,8 @@ TEST(TcpStoreIpv6, ServerOnLoopbackV6AndClientsOfBothFamilies) {
   TcpStore bracketed("[::1]", server.port(), 5s);
   EXPECT_EQ(bracketed.getString("k"), "v6");
 
+  // The wildcard is beyond the loopback: it needs a key, or the opt-out (docs/security.md).
+  ScopedEnv optOut("TCCL_AUTH", "off");
   TcpStoreServer dual("::", 0);
   TcpStore v4("127.0.0.1", dual.port(), 5s);
   TcpStore v6("::1", dual.port(), 5s);
@@ -430,6 +432,7 @@ TEST(CommunicatorIface, LoopbackRefusedWhenTheStoreIsReachableFromOtherHosts) {
   const std::string ip = someNonLoopbackAddress();
   if (ip.empty()) GTEST_SKIP() << "no non-loopback IPv4 address on this machine";
   ScopedEnv noFamily("TCCL_SOCKET_FAMILY", nullptr);
+  ScopedEnv optOut("TCCL_AUTH", "off");  // a non-loopback address without a key
   TcpStoreServer server(ip, 0);
   {
     ScopedEnv noIfname("TCCL_SOCKET_IFNAME", nullptr);
