@@ -31,6 +31,7 @@
 
 #include "algorithms/collective_spec.hpp"
 #include "algorithms/select.hpp"
+#include "bench_uneven.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
 #include "subcommands.hpp"
@@ -42,8 +43,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const std::vector<std::string> kValueOptions = {
-    "world", "sizes", "minbytes", "maxbytes", "stepfactor", "dtype",         "op",   "redop",
-    "root",  "algo",  "iters",    "warmup",   "timeout-ms", "segment-bytes", "plot", "scaling"};
+    "world",      "sizes",         "minbytes", "maxbytes", "stepfactor", "dtype",
+    "op",         "redop",         "root",     "algo",     "iters",      "warmup",
+    "timeout-ms", "segment-bytes", "plot",     "scaling",  "skew"};
 const std::vector<std::string> kFlags = {"json", "csv", "crossover", "progress", "no-check"};
 
 // nccl-tests' short options.
@@ -74,6 +76,7 @@ struct BenchConfig {
   bool json = false, csv = false, crossover = false, progress = false, check = true;
   std::string plot;
   std::vector<int> scaling;
+  int skew = 1;  // uneven collectives: rank 0's blocks are this many units (bench_uneven.hpp)
 };
 
 BenchConfig parseBench(const Args& a) {
@@ -127,6 +130,12 @@ BenchConfig parseBench(const Args& a) {
   c.progress = a.flag("progress");
   c.check = !a.flag("no-check");
   c.plot = a.get("plot", "");
+  c.skew = static_cast<int>(a.getInt("skew", 1, 1, 1 << 20));
+  if (a.get("skew") && (c.sendrecv || !algo::spec(c.coll).uneven)) {
+    throw UsageError{
+        "--skew applies to the uneven collectives only (allgatherv, "
+        "reduce_scatter_v, alltoallv, gatherv, scatterv)"};
+  }
   if (auto sc = a.get("scaling")) {
     for (const std::string& item : splitList("--scaling", *sc, 32))
       c.scaling.push_back(static_cast<int>(parseInt(item, "--scaling", 1, kMaxLocalWorld)));
@@ -212,17 +221,20 @@ class Runner {
     };
     // size = the larger buffer, of `blocks` blocks of count elements (N for the N-block
     // collectives, 1 for the others, 0 for the barrier).
-    const size_t blocks = std::max(inOf(1), outOf(1));
+    uneven_ = !c_.sendrecv && algo::spec(c_.coll).uneven;
+    size_t blocks = std::max(inOf(1), outOf(1));
+    if (uneven_) blocks = static_cast<size_t>(c_.skew + n - 1);  // units in the N blocks
     const size_t total = std::max<size_t>(blocks, sizeBytes / elem);
     count_ = blocks == 0 ? 0 : std::max<size_t>(1, total / blocks);
-    const size_t inElems = inOf(count_);
-    const size_t outElems = outOf(count_);
+    if (uneven_) plan_ = planUneven(c_.coll, n, r, c_.root, count_, c_.skew);
+    const size_t inElems = uneven_ ? plan_.inElems : inOf(count_);
+    const size_t outElems = uneven_ ? plan_.outElems : outOf(count_);
     in_.assign(inElems * elem, 0);
     out_.assign(outElems * elem, 0);
     opts_ = {algo, std::nullopt};
     Row row;
-    row.size = std::max(inElems, outElems) * elem;
-    row.count = std::max(inElems, outElems);
+    row.count = uneven_ ? blocks * count_ : std::max(inElems, outElems);
+    row.size = row.count * elem;
 
     // Correctness: rank r's data is r+1 (per block for the N-block collectives).
     double wrong = 0;
@@ -279,6 +291,11 @@ class Runner {
   void prepareData() {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
+    if (uneven_) {
+      fillUneven(c_.coll, plan_, r, c_.root, in_.data(), c_.dtype);
+      fill(out_.data(), out_.size() / elem, c_.dtype, 0);
+      return;
+    }
     const size_t B = count_ * elem;
     switch (c_.sendrecv ? Collective::AllReduce : c_.coll) {  // sendrecv: rank r sends r+1
       case Collective::AllToAll:
@@ -316,6 +333,11 @@ class Runner {
     const size_t elem = dataTypeSize(c_.dtype);
     const size_t B = count_ * elem;
     if (c_.sendrecv) return n > 1 ? wrongIn(out_.data(), count_, (r + n - 1) % n + 1) : 0;
+    if (uneven_) {
+      return wrongUneven(c_.coll, plan_, n, r, c_.root, out_.data(), c_.dtype,
+                         expectedConstant(n, c_.dtype, c_.op),
+                         [this](const uint8_t* p, size_t k, double e) { return wrongIn(p, k, e); });
+    }
     switch (c_.coll) {
       case Collective::AllReduce:
       case Collective::ReduceScatter:
@@ -341,10 +363,9 @@ class Runner {
         return wrongIn(out_.data(), count_, r + 1);
       case Collective::Broadcast:
         return wrongIn(out_.data(), count_, c_.root + 1);
-      case Collective::Barrier:
+      default:
         return 0;
     }
-    return 0;
   }
 
   // Runs one call and records what it ran and sent (lastAlgo_, lastSent_).
@@ -394,6 +415,9 @@ class Runner {
       case Collective::Barrier:
         comm_.barrier(opts_);
         break;
+      default:
+        callUneven(comm_, c_.coll, plan_, in_.data(), out_.data(), dt, c_.op, c_.root, opts_);
+        break;
     }
     lastAlgo_ = comm_.lastCall().algorithm;
     lastSent_ = static_cast<double>(comm_.lastCall().traffic.total().payloadSent);
@@ -402,6 +426,8 @@ class Runner {
   Communicator& comm_;
   const BenchConfig& c_;
   size_t count_ = 0;
+  bool uneven_ = false;
+  UnevenPlan plan_;  // uneven collectives: this rank's counts
   std::vector<uint8_t> in_, out_;
   CollectiveOptions opts_;
   double sent_ = 0;
