@@ -220,7 +220,7 @@ class Run {
     const std::string peer = std::to_string(cs.link->peer());
     const std::string me = std::to_string(ctx_.rank);
     fail(ErrorKind::Mismatch, cs, op, 0,
-         "counts disagree: rank " + peer + " sends " + std::to_string(theirs) +
+         std::string(kCountsDisagree) + "rank " + peer + " sends " + std::to_string(theirs) +
              " elements to rank " + me + ", but rank " + me + " expects " +
              std::to_string(op.value) + " from rank " + peer);
   }
