@@ -619,5 +619,26 @@ TEST(Uneven, RowsNamesAndDigest) {
   EXPECT_EQ(sharedCountsDigest(a), 0u);
 }
 
+// ---- the cost model ------------------------------------------------------------------------
+
+TEST(Uneven, CostModelEntries) {
+  LinkModel m;
+  m.alphaSec = 10e-6;
+  m.betaSecPerByte = 1e-9;
+  m.gammaSecPerByte = 0;
+  // 4 ranks, rank 0 sends 8 units (of 1000 float32) to every rank, the others 1 unit.
+  std::vector<std::vector<size_t>> a2a(4, std::vector<size_t>(4, 1000));
+  for (auto& x : a2a[0]) x = 8000;
+  // Busiest: rank 0 sends 3 x 8000 x 4 + 3 x 8 bytes.
+  EXPECT_DOUBLE_EQ(predictAllToAllVSec(a2a, 4, m), 3 * 10e-6 + (3 * 32000.0 + 24) * 1e-9);
+  // Even counts: every rank's link carries N-1 blocks.
+  EXPECT_DOUBLE_EQ(predictAllGatherVSec({5, 5, 5}, 8, m), 2 * 10e-6 + 10 * 8 * 1e-9);
+  // Skewed: rank 2 (whose successor holds the small block) forwards the most.
+  EXPECT_DOUBLE_EQ(predictAllGatherVSec({1, 9, 9}, 1, m), 2 * 10e-6 + 18 * 1e-9);
+  EXPECT_DOUBLE_EQ(predictReduceScatterVSec({1, 9, 9}, 1, m), 2 * 10e-6 + 18 * 1e-9);
+  EXPECT_DOUBLE_EQ(predictRootedVSec({4, 0, 2}, 0, 1, m), 2 * 10e-6 + (0 + 8 + 2 + 8) * 1e-9);
+  EXPECT_EQ(predictAllToAllVSec({{7}}, 4, m), 0);  // one rank: nothing moves
+}
+
 }  // namespace
 }  // namespace tccl::algo
