@@ -408,15 +408,27 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     const auto& out = single(outputs, "reduce_scatter", rank_);
     if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_))
       invalid("reduce_scatter: expected one list of " + std::to_string(size_) + " inputs", rank_);
+    // Inputs of different sizes (the same list of sizes on every rank, output the size of
+    // input `rank`) are MPI_Reduce_scatter: tccl's reduce_scatter_v.
+    bool even = true;
+    std::vector<size_t> counts;
     for (const auto& i : inputs[0]) {
       checkUsable(i, "reduce_scatter input", rank_);
-      sameShape(i, out, "reduce_scatter", rank_);
+      if (i.scalar_type() != out.scalar_type())
+        invalid("reduce_scatter: inputs and output of different dtypes", rank_);
+      even = even && i.sizes() == out.sizes();
+      counts.push_back(static_cast<size_t>(i.numel()));
     }
+    if (!even && inputs[0][static_cast<size_t>(rank_)].numel() != out.numel())
+      sameShape(inputs[0][static_cast<size_t>(rank_)], out, "reduce_scatter", rank_);
     at::Tensor scratch = pack(inputs[0]);
     const Flat s = forReduce(scratch, "scratch", rank_);
     const Flat o = forReduce(out, "reduce_scatter output", rank_);
-    auto w = comm_->reduceScatterAsync(s.data, o.data, o.count, o.dtype,
-                                       tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
+    auto w =
+        even ? comm_->reduceScatterAsync(s.data, o.data, o.count, o.dtype,
+                                         tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout))
+             : comm_->reduceScatterVAsync(s.data, o.data, counts, o.dtype,
+                                          tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
     return make(c10d::OpType::REDUCE_SCATTER, std::move(w), {out}, {scratch});
   }
 

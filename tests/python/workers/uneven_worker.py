@@ -132,6 +132,12 @@ def torch_calls():
         same(lists[p][0].numpy(), np.full(3, p + 1, dtype=np.float32), f"coalesced a from {p}")
         same(lists[p][1].numpy(), (np.arange(4, dtype=np.float32).reshape(2, 2) + 10 * p),
              f"coalesced b from {p}")
+    # uneven reduce_scatter: input p has p+1 elements on every rank
+    ins = [torch.tensor([val(r, p, j) for j in range(p + 1)], dtype=torch.int64) for p in range(n)]
+    out = torch.full((r + 1,), -7, dtype=torch.int64)
+    dist.reduce_scatter(out, ins)
+    same(out.numpy(), np.array([sum(val(q, r, j) for q in range(n)) for j in range(r + 1)]),
+         "uneven reduce_scatter")
     dist.destroy_process_group()
 
 
