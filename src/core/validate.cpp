@@ -73,8 +73,8 @@ void Communicator::Impl::checkBuffers(PreparedCall& call) const {
   // In place is allowed where a collective defines it; any other overlap is an error.
   switch (algo::classify(a, call.in, call.out, elem)) {
     case algo::Placement::InPlaceRefused:
-      invalidCall(call, "in-place " + std::string(algo::spec(call.kind).name) +
-                            " is not supported: use distinct buffers");
+      // alltoall and alltoallv alike (the message starts with the call's name).
+      invalidCall(call, "in-place all-to-all is not supported: use distinct buffers");
     case algo::Placement::Overlap:
       invalidCall(call, "input and output overlap without being the collective's in-place layout");
     case algo::Placement::InPlace:
