@@ -374,57 +374,53 @@ Schedule pairwiseAllToAllV(int rank, int n, const VCounts& v, size_t segElems) {
   return s;
 }
 
-Schedule flatGatherV(int rank, int n, int root, size_t sendCount, const VCounts& v,
-                     size_t segElems) {
+namespace {
+
+// Gatherv (toRoot) and scatterv share one shape: the root talks to every rank directly,
+// rank p's block of the root's buffer (counts[p] at displs[p]) <-> rank p's `mine`
+// elements; each pair's count message goes first, from the side that sends the data.
+Schedule flatRootedV(int rank, int n, int root, size_t mine, const std::vector<size_t>& counts,
+                     const std::vector<size_t>& displs, size_t segElems, bool toRoot) {
   Schedule s;
   s.algorithm = "flat";
-  s.phases.push_back({"gather", 0, n > 1 ? 1u : 0u});
+  s.phases.push_back({toRoot ? "gather" : "scatter", 0, n > 1 ? 1u : 0u});
   if (n <= 1) return s;
+  std::vector<int> peers;
+  std::vector<Range> blocks;
   if (rank != root) {
-    addCountSend(s, root, 0, sendCount);
-    interleaveSegments({Range{0, sendCount}}, segElems,
-                       [&](size_t, Range seg) { addSend(s, root, 0, seg, BufferId::Input); });
+    peers.push_back(root);
+    blocks.push_back({0, mine});
+    toRoot ? addCountSend(s, root, 0, mine) : addCountRecv(s, root, 0, mine);
   } else {
-    std::vector<int> peers;
-    std::vector<Range> blocks;
     for (int p = 0; p < n; ++p) {
       if (p == root) continue;
       peers.push_back(p);
-      blocks.push_back({at(v.recvDispls, p), at(v.recvCounts, p)});
-      addCountRecv(s, p, 0, at(v.recvCounts, p));
+      blocks.push_back({at(displs, p), at(counts, p)});
+      toRoot ? addCountRecv(s, p, 0, at(counts, p)) : addCountSend(s, p, 0, at(counts, p));
     }
-    interleaveSegments(blocks, segElems, [&](size_t i, Range seg) {
-      addRecvCopy(s, peers[i], 0, seg, BufferId::Output);
-    });
   }
+  const bool sends = toRoot != (rank == root);
+  interleaveSegments(blocks, segElems, [&](size_t i, Range seg) {
+    if (sends) {
+      addSend(s, peers[i], 0, seg, BufferId::Input);
+    } else {
+      addRecvCopy(s, peers[i], 0, seg, BufferId::Output);
+    }
+  });
   collectPeers(s);
   return s;
 }
 
+}  // namespace
+
+Schedule flatGatherV(int rank, int n, int root, size_t sendCount, const VCounts& v,
+                     size_t segElems) {
+  return flatRootedV(rank, n, root, sendCount, v.recvCounts, v.recvDispls, segElems, true);
+}
+
 Schedule flatScatterV(int rank, int n, int root, size_t recvCount, const VCounts& v,
                       size_t segElems) {
-  Schedule s;
-  s.algorithm = "flat";
-  s.phases.push_back({"scatter", 0, n > 1 ? 1u : 0u});
-  if (n <= 1) return s;
-  if (rank != root) {
-    addCountRecv(s, root, 0, recvCount);
-    interleaveSegments({Range{0, recvCount}}, segElems,
-                       [&](size_t, Range seg) { addRecvCopy(s, root, 0, seg, BufferId::Output); });
-  } else {
-    std::vector<int> peers;
-    std::vector<Range> blocks;
-    for (int p = 0; p < n; ++p) {
-      if (p == root) continue;
-      peers.push_back(p);
-      blocks.push_back({at(v.sendDispls, p), at(v.sendCounts, p)});
-      addCountSend(s, p, 0, at(v.sendCounts, p));
-    }
-    interleaveSegments(blocks, segElems,
-                       [&](size_t i, Range seg) { addSend(s, peers[i], 0, seg, BufferId::Input); });
-  }
-  collectPeers(s);
-  return s;
+  return flatRootedV(rank, n, root, recvCount, v.sendCounts, v.sendDispls, segElems, false);
 }
 
 }  // namespace tccl::algo
