@@ -31,6 +31,7 @@
 
 #include "algorithms/collective_spec.hpp"
 #include "algorithms/select.hpp"
+#include "bench_uneven.hpp"
 #include "cli.hpp"
 #include "core/process.hpp"
 #include "pattern.hpp"
@@ -43,8 +44,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const std::vector<std::string> kValueOptions = {
-    "world", "sizes", "minbytes", "maxbytes", "stepfactor", "dtype",         "op",   "redop",
-    "root",  "algo",  "iters",    "warmup",   "timeout-ms", "segment-bytes", "plot", "scaling"};
+    "world",      "sizes",         "minbytes", "maxbytes", "stepfactor", "dtype",
+    "op",         "redop",         "root",     "algo",     "iters",      "warmup",
+    "timeout-ms", "segment-bytes", "plot",     "scaling",  "skew"};
 const std::vector<std::string> kFlags = {"json", "csv", "crossover", "progress", "no-check"};
 
 // nccl-tests' short options.
@@ -75,6 +77,7 @@ struct BenchConfig {
   bool json = false, csv = false, crossover = false, progress = false, check = true;
   std::string plot;
   std::vector<int> scaling;
+  int skew = 1;  // uneven collectives: rank 0's blocks are this many units (bench_uneven.hpp)
 };
 
 BenchConfig parseBench(const Args& a) {
@@ -128,6 +131,12 @@ BenchConfig parseBench(const Args& a) {
   c.progress = a.flag("progress");
   c.check = !a.flag("no-check");
   c.plot = a.get("plot", "");
+  c.skew = static_cast<int>(a.getInt("skew", 1, 1, 1 << 20));
+  if (a.get("skew") && (c.sendrecv || !algo::spec(c.coll).uneven)) {
+    throw UsageError{
+        "--skew applies to the uneven collectives only (allgatherv, "
+        "reduce_scatter_v, alltoallv, gatherv, scatterv)"};
+  }
   if (auto sc = a.get("scaling")) {
     for (const std::string& item : splitList("--scaling", *sc, 32))
       c.scaling.push_back(static_cast<int>(parseInt(item, "--scaling", 1, kMaxLocalWorld)));
@@ -213,17 +222,20 @@ class Runner {
     };
     // size = the larger buffer, of `blocks` blocks of count elements (N for the N-block
     // collectives, 1 for the others, 0 for the barrier).
-    const size_t blocks = std::max(inOf(1), outOf(1));
+    uneven_ = !c_.sendrecv && algo::spec(c_.coll).uneven;
+    size_t blocks = std::max(inOf(1), outOf(1));
+    if (uneven_) blocks = static_cast<size_t>(c_.skew + n - 1);  // units in the N blocks
     const size_t total = std::max<size_t>(blocks, sizeBytes / elem);
     count_ = blocks == 0 ? 0 : std::max<size_t>(1, total / blocks);
-    const size_t inElems = inOf(count_);
-    const size_t outElems = outOf(count_);
+    if (uneven_) plan_ = planUneven(c_.coll, n, r, c_.root, count_, c_.skew);
+    const size_t inElems = uneven_ ? plan_.inElems : inOf(count_);
+    const size_t outElems = uneven_ ? plan_.outElems : outOf(count_);
     in_.assign(inElems * elem, 0);
     out_.assign(outElems * elem, 0);
     opts_ = {algo, std::nullopt};
     Row row;
-    row.size = std::max(inElems, outElems) * elem;
-    row.count = std::max(inElems, outElems);
+    row.count = uneven_ ? blocks * count_ : std::max(inElems, outElems);
+    row.size = row.count * elem;
 
     // Correctness: every element checked against its closed form (prepareData).
     double wrong = 0;
@@ -285,6 +297,11 @@ class Runner {
   void prepareData() {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
+    if (uneven_) {
+      fillUneven(c_.coll, plan_, n, r, c_.root, in_.data(), c_.dtype, c_.op);
+      for (size_t k = 0; k < out_.size() / elem; ++k) pattern::store(out_.data(), k, c_.dtype, -1);
+      return;
+    }
     const size_t B = count_ * elem;
     const DataType dt = c_.dtype;
     const size_t inElems = in_.size() / elem;
@@ -323,6 +340,7 @@ class Runner {
       return static_cast<double>(pattern::checkMoved(p, count_, dt, src, dst, 0).count);
     };
     if (c_.sendrecv) return n > 1 ? movedFrom((r + n - 1) % n, r, out_.data()) : 0;
+    if (uneven_) return wrongUneven(c_.coll, plan_, n, r, c_.root, out_.data(), dt, c_.op);
     switch (c_.coll) {
       case Collective::AllReduce:
         return static_cast<double>(
@@ -349,10 +367,9 @@ class Runner {
         return movedFrom(c_.root, r, out_.data());
       case Collective::Broadcast:
         return movedFrom(c_.root, 0, out_.data());
-      case Collective::Barrier:
+      default:  // barrier; the uneven collectives are checked above
         return 0;
     }
-    return 0;
   }
 
   // The sum of every rank's count of wrong elements, for rank 0's report. Through the
@@ -419,6 +436,9 @@ class Runner {
       case Collective::Barrier:
         comm_.barrier(opts_);
         break;
+      default:
+        callUneven(comm_, c_.coll, plan_, in_.data(), out_.data(), dt, c_.op, c_.root, opts_);
+        break;
     }
     lastAlgo_ = comm_.lastCall().algorithm;
     lastSent_ = static_cast<double>(comm_.lastCall().traffic.total().payloadSent);
@@ -427,6 +447,8 @@ class Runner {
   Communicator& comm_;
   const BenchConfig& c_;
   size_t count_ = 0;
+  bool uneven_ = false;
+  UnevenPlan plan_;  // uneven collectives: this rank's counts
   std::vector<uint8_t> in_, out_;
   CollectiveOptions opts_;
   double sent_ = 0;

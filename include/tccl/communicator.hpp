@@ -196,6 +196,61 @@ class Communicator {
                const CollectiveOptions& options = {});
   WorkPtr scatterAsync(const void* sendbuf, void* recvbuf, size_t recvCount, DataType dtype,
                        int root, const CollectiveOptions& options = {});
+  // ---- uneven collectives (MPI's ...v calls; docs/collectives.md, "Uneven") -----------
+  // Counts and displacements are in elements, one entry per rank. An empty displacement
+  // list means packed: block p right after block p-1. Blocks a call writes must not
+  // overlap. Counts that two ranks must agree on and do not (rank p's send count to q
+  // against q's receive count from p) fail the call with a MismatchError naming both
+  // ranks, on every rank, never a hang or a partial result passed as success.
+
+  // out block p (recvCounts[p] elements at recvDispls[p]) = rank p's in[sendCount].
+  // recvCounts must be the same on every rank, sendCount == recvCounts[rank]. In place
+  // when sendbuf == recvbuf + recvDispls[rank] x element size.
+  void allGatherV(const void* sendbuf, size_t sendCount, void* recvbuf,
+                  std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                  DataType dtype, const CollectiveOptions& options = {});
+  WorkPtr allGatherVAsync(const void* sendbuf, size_t sendCount, void* recvbuf,
+                          std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                          DataType dtype, const CollectiveOptions& options = {});
+  // MPI_Reduce_scatter: in holds the blocks packed (block p: recvCounts[p] elements);
+  // out[recvCounts[rank]] on rank r = op over ranks of block r. recvCounts the same on
+  // every rank. In place when recvbuf == sendbuf + (recvCounts[0] + ... +
+  // recvCounts[rank-1]) x element size.
+  void reduceScatterV(const void* sendbuf, void* recvbuf, std::span<const size_t> recvCounts,
+                      DataType dtype, ReduceOp op, const CollectiveOptions& options = {});
+  WorkPtr reduceScatterVAsync(const void* sendbuf, void* recvbuf,
+                              std::span<const size_t> recvCounts, DataType dtype, ReduceOp op,
+                              const CollectiveOptions& options = {});
+  // MPI_Alltoallv: sendCounts[p] elements at sendbuf + sendDispls[p] go to rank p, and
+  // recvCounts[p] elements from rank p land at recvbuf + recvDispls[p]. Rank p's
+  // sendCounts[q] must equal rank q's recvCounts[p]. Distinct buffers.
+  void allToAllV(const void* sendbuf, std::span<const size_t> sendCounts,
+                 std::span<const size_t> sendDispls, void* recvbuf,
+                 std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                 DataType dtype, const CollectiveOptions& options = {});
+  WorkPtr allToAllVAsync(const void* sendbuf, std::span<const size_t> sendCounts,
+                         std::span<const size_t> sendDispls, void* recvbuf,
+                         std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                         DataType dtype, const CollectiveOptions& options = {});
+  // MPI_Gatherv: rank p's in[sendCount] lands at the root's recvbuf + recvDispls[p]
+  // (recvCounts[p] elements; both read at the root only). In place at the root when
+  // sendbuf == recvbuf + recvDispls[root] x element size.
+  void gatherV(const void* sendbuf, size_t sendCount, void* recvbuf,
+               std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+               DataType dtype, int root, const CollectiveOptions& options = {});
+  WorkPtr gatherVAsync(const void* sendbuf, size_t sendCount, void* recvbuf,
+                       std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                       DataType dtype, int root, const CollectiveOptions& options = {});
+  // MPI_Scatterv: rank p's out[recvCount] = the root's sendCounts[p] elements at sendbuf
+  // + sendDispls[p] (both read at the root only). In place at the root when recvbuf ==
+  // sendbuf + sendDispls[root] x element size.
+  void scatterV(const void* sendbuf, std::span<const size_t> sendCounts,
+                std::span<const size_t> sendDispls, void* recvbuf, size_t recvCount, DataType dtype,
+                int root, const CollectiveOptions& options = {});
+  WorkPtr scatterVAsync(const void* sendbuf, std::span<const size_t> sendCounts,
+                        std::span<const size_t> sendDispls, void* recvbuf, size_t recvCount,
+                        DataType dtype, int root, const CollectiveOptions& options = {});
+
   // ---- point to point (docs/protocol.md, "Point to point") ----------------------------
   // MPI's semantics. A receive matches on its source (or kAnySource) and tag (or
   // kAnyTag); messages between two ranks with the same tag are received in the order

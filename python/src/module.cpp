@@ -416,6 +416,86 @@ void checkPlacement(cs::Collective coll, const void* in, const void* out, size_t
 using OptDt = std::optional<tccl::DataType>;
 using OptMs = std::optional<int64_t>;
 
+using Sizes = std::vector<size_t>;
+
+Sizes packedOr(const Sizes& counts, const Sizes& displs) {
+  if (!displs.empty()) return displs;
+  Sizes d(counts.size(), 0);
+  for (size_t p = 1; p < counts.size(); ++p) d[p] = d[p - 1] + counts[p - 1];
+  return d;
+}
+
+// One uneven call: checks that the arrays hold what the counts say (the communicator
+// checks the counts themselves), then runs it.
+py::object unevenCall(const CommPtr& c, const std::string& kind, py::handle send, py::handle recv,
+                      size_t count, const Sizes& sc, const Sizes& sd, const Sizes& rc,
+                      const Sizes& rd, int root, tccl::ReduceOp op, bool async, OptMs timeoutMs,
+                      OptDt dt) {
+  const auto coll = cs::parseCollective(kind);
+  if (!coll || !cs::spec(*coll).uneven) invalid("unknown uneven collective " + kind, c->rank());
+  cs::VCounts v{sc, packedOr(sc, sd), rc, packedOr(rc, rd)};
+  cs::BuildArgs a;
+  a.collective = *coll;
+  a.rank = c->rank();
+  a.n = c->size();
+  a.root = root;
+  a.count = count;
+  a.v = &v;
+  std::vector<BufferPtr> b;
+  const void* s = nullptr;
+  void* r = nullptr;
+  std::optional<tccl::DataType> t = dt;
+  auto need = [&](py::handle obj, bool writable, const char* what, size_t elems) -> uint8_t* {
+    if (obj.is_none()) {
+      if (elems > 0) invalid(named(*coll, std::string("needs an ") + what), c->rank());
+      return nullptr;
+    }
+    b.push_back(take(obj, writable, what, t, *c));
+    if (!t) t = b.back()->dtype();
+    if (b.back()->dtype() != *t) sameType(*b.front(), *b.back(), *c);
+    if (b.back()->count() < elems) {
+      invalid(named(*coll, std::string(what) + " has " + std::to_string(b.back()->count()) +
+                               " elements, the counts need " + std::to_string(elems)),
+              c->rank());
+    }
+    return static_cast<uint8_t*>(b.back()->data());
+  };
+  // The sizes need the counts to be well formed first (else the communicator says why).
+  const bool sizable = !cs::checkCounts(a, 1).has_value();
+  s = need(send, false, "input", sizable ? cs::inputElems(a) : 0);
+  r = need(recv, true, "output", sizable ? cs::outputElems(a) : 0);
+  const auto type = t.value_or(tccl::DataType::Float32);
+  const auto o = callOptions(timeoutMs, tccl::Algorithm::Auto);
+  return execute(c, std::move(b), async, [&, s, r](tccl::Communicator& k, bool as) {
+    switch (*coll) {
+      case cs::Collective::AllGatherV:
+        if (as) return k.allGatherVAsync(s, count, r, v.recvCounts, v.recvDispls, type, o);
+        k.allGatherV(s, count, r, v.recvCounts, v.recvDispls, type, o);
+        break;
+      case cs::Collective::ReduceScatterV:
+        if (as) return k.reduceScatterVAsync(s, r, v.recvCounts, type, op, o);
+        k.reduceScatterV(s, r, v.recvCounts, type, op, o);
+        break;
+      case cs::Collective::AllToAllV:
+        if (as) {
+          return k.allToAllVAsync(s, v.sendCounts, v.sendDispls, r, v.recvCounts, v.recvDispls,
+                                  type, o);
+        }
+        k.allToAllV(s, v.sendCounts, v.sendDispls, r, v.recvCounts, v.recvDispls, type, o);
+        break;
+      case cs::Collective::GatherV:
+        if (as) return k.gatherVAsync(s, count, r, v.recvCounts, v.recvDispls, type, root, o);
+        k.gatherV(s, count, r, v.recvCounts, v.recvDispls, type, root, o);
+        break;
+      default:
+        if (as) return k.scatterVAsync(s, v.sendCounts, v.sendDispls, r, count, type, root, o);
+        k.scatterV(s, v.sendCounts, v.sendDispls, r, count, type, root, o);
+        break;
+    }
+    return tccl::WorkPtr();
+  });
+}
+
 void bindCommunicator(py::module_& m) {
   py::class_<tccl::Communicator, CommPtr>(m, "_Communicator")
       .def(py::init([](std::shared_ptr<tccl::Store> store, int rank, int size, OptMs timeoutMs,
@@ -702,6 +782,13 @@ void bindCommunicator(py::module_& m) {
           },
           py::arg("send"), py::arg("recv"), py::arg("root"), py::arg("async_op"),
           py::arg("timeout_ms"), py::arg("dtype"))
+      // The uneven collectives (docs/python.md, "Uneven collectives"), one entry point:
+      // `kind` a row name ("alltoallv", ...); the counts lists as the C++ calls take them
+      // (empty displacements: packed); send / recv None where the row has no buffer.
+      .def("uneven", unevenCall, py::arg("kind"), py::arg("send"), py::arg("recv"),
+           py::arg("count"), py::arg("send_counts"), py::arg("send_displs"), py::arg("recv_counts"),
+           py::arg("recv_displs"), py::arg("root"), py::arg("op"), py::arg("async_op"),
+           py::arg("timeout_ms"), py::arg("dtype"))
       // Point to point (docs/python.md): tag >= 0; a receive's peer may be -1 (any
       // source) and its tag -1 (any tag). A blocking receive returns (source, tag, count),
       // (-1, -1, 0) inside a group, where it is only recorded until group_end.

@@ -413,15 +413,27 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     const auto& out = single(outputs, "reduce_scatter", rank_);
     if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_))
       invalid("reduce_scatter: expected one list of " + std::to_string(size_) + " inputs", rank_);
+    // Inputs of different sizes (the same list of sizes on every rank, output the size of
+    // input `rank`) are MPI_Reduce_scatter: tccl's reduce_scatter_v.
+    bool even = true;
+    std::vector<size_t> counts;
     for (const auto& i : inputs[0]) {
       checkUsable(i, "reduce_scatter input", rank_);
-      sameShape(i, out, "reduce_scatter", rank_);
+      if (i.scalar_type() != out.scalar_type())
+        invalid("reduce_scatter: inputs and output of different dtypes", rank_);
+      even = even && i.sizes() == out.sizes();
+      counts.push_back(static_cast<size_t>(i.numel()));
     }
+    if (!even && inputs[0][static_cast<size_t>(rank_)].numel() != out.numel())
+      sameShape(inputs[0][static_cast<size_t>(rank_)], out, "reduce_scatter", rank_);
     at::Tensor scratch = pack(inputs[0]);
     const Flat s = forReduce(scratch, "scratch", rank_);
     const Flat o = forReduce(out, "reduce_scatter output", rank_);
-    auto w = comm_->reduceScatterAsync(s.data, o.data, o.count, o.dtype,
-                                       tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
+    auto w =
+        even ? comm_->reduceScatterAsync(s.data, o.data, o.count, o.dtype,
+                                         tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout))
+             : comm_->reduceScatterVAsync(s.data, o.data, counts, o.dtype,
+                                          tcclOp(opts.reduceOp, rank_), callOptions(opts.timeout));
     return make(c10d::OpType::REDUCE_SCATTER, std::move(w), {out}, {scratch});
   }
 
@@ -439,46 +451,80 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     return make(c10d::OpType::_REDUCE_SCATTER_BASE, std::move(w), {output}, {input});
   }
 
+  // all_to_all_single: equal blocks, or torch's split sizes (rows of dim 0) as an
+  // alltoallv. A rank whose splits disagree with a peer's fails with a MismatchError
+  // naming both (the count messages, docs/algorithms.md).
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplits,
                                                std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts) override {
-    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() ||
-        input.numel() % size_ != 0) {
-      invalid(
-          "all_to_all_single: input and output need the same dtype and a number of "
-          "elements divisible by the world size",
-          rank_);
-    }
-    equalSplits(inputSplits, input);
-    equalSplits(outputSplits, output);
+    if (output.scalar_type() != input.scalar_type())
+      invalid("all_to_all_single: input and output need the same dtype", rank_);
     const Flat i = forMove(input, "all_to_all input", rank_);
     const Flat o = forMove(output, "all_to_all output", rank_);
     if (i.data == o.data && i.count > 0) invalid("all_to_all_single cannot run in place", rank_);
+    const std::vector<size_t> sc = splitCounts(inputSplits, input, "input");
+    const std::vector<size_t> rc = splitCounts(outputSplits, output, "output");
     auto w =
-        comm_->allToAllAsync(i.data, o.data, i.count / size_, i.dtype, callOptions(opts.timeout));
+        comm_->allToAllVAsync(i.data, sc, {}, o.data, rc, {}, i.dtype, callOptions(opts.timeout));
     return make(c10d::OpType::ALLTOALL_BASE, std::move(w), {output}, {input});
   }
 
+  // all_to_all with a list of tensors each way, of any sizes (output p receives what
+  // rank p's input `rank` holds): packed, as an alltoallv.
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
     if (inputs.size() != static_cast<size_t>(size_) || outputs.size() != inputs.size())
       invalid("all_to_all: expected " + std::to_string(size_) + " inputs and outputs", rank_);
+    std::vector<size_t> sc, rc;
     for (size_t p = 0; p < inputs.size(); ++p) {
       checkUsable(inputs[p], "all_to_all input", rank_);
       checkUsable(outputs[p], "all_to_all output", rank_);
-      sameShape(inputs[p], inputs[0], "all_to_all", rank_);
-      sameShape(outputs[p], inputs[0], "all_to_all", rank_);
+      if (inputs[p].scalar_type() != inputs[0].scalar_type() ||
+          outputs[p].scalar_type() != inputs[0].scalar_type())
+        invalid("all_to_all: tensors of different dtypes", rank_);
+      sc.push_back(static_cast<size_t>(inputs[p].numel()));
+      rc.push_back(static_cast<size_t>(outputs[p].numel()));
     }
     at::Tensor in = pack(inputs);
-    at::Tensor out = at::empty_like(in);
+    at::Tensor out = pack(outputs);  // its size; the contents are overwritten
     const Flat i = forMove(in, "scratch", rank_);
     const Flat o = forMove(out, "scratch", rank_);
     auto w =
-        comm_->allToAllAsync(i.data, o.data, i.count / size_, i.dtype, callOptions(opts.timeout));
+        comm_->allToAllVAsync(i.data, sc, {}, o.data, rc, {}, i.dtype, callOptions(opts.timeout));
     return make(c10d::OpType::ALLTOALL, std::move(w), outputs, {in, out},
                 [out, outputs] { unpack(out, outputs); });
+  }
+
+  // all_gather_coalesced: every rank's list of inputs (the same shapes on every rank)
+  // into outputLists[p], rank p's list: one all-gather of the packed lists.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    if (inputs.empty()) invalid("all_gather_coalesced: no tensors", rank_);
+    if (outputLists.size() != static_cast<size_t>(size_))
+      invalid("all_gather_coalesced: expected " + std::to_string(size_) + " output lists", rank_);
+    std::vector<at::Tensor> outs;
+    for (const auto& list : outputLists) {
+      if (list.size() != inputs.size())
+        invalid("all_gather_coalesced: every output list needs one tensor per input", rank_);
+      for (size_t k = 0; k < list.size(); ++k) {
+        checkUsable(list[k], "all_gather_coalesced output", rank_);
+        checkUsable(inputs[k], "all_gather_coalesced input", rank_);
+        sameShape(list[k], inputs[k], "all_gather_coalesced", rank_);
+        if (inputs[k].scalar_type() != inputs[0].scalar_type())
+          invalid("all_gather_coalesced: tensors of different dtypes", rank_);
+        outs.push_back(list[k]);
+      }
+    }
+    at::Tensor in = pack(inputs);
+    at::Tensor scratch = at::empty({size_ * in.numel()}, in.options());
+    const Flat f = forMove(in, "scratch", rank_);
+    const Flat sc = forMove(scratch, "scratch", rank_);
+    auto w = comm_->allGatherAsync(f.data, sc.data, f.count, f.dtype, callOptions(opts.timeout));
+    return make(c10d::OpType::ALLGATHER_COALESCED, std::move(w), outs, {in, scratch},
+                [scratch, outs] { unpack(scratch, outs); });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -575,16 +621,38 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
                                          std::move(keepAlive), std::move(unpackResults));
   }
 
-  void equalSplits(const std::vector<int64_t>& splits, const at::Tensor& t) const {
-    if (splits.empty()) return;
+  // torch's split sizes (rows of dim 0) as element counts; none: equal blocks.
+  std::vector<size_t> splitCounts(const std::vector<int64_t>& splits, const at::Tensor& t,
+                                  const char* what) const {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const int64_t each = rows / size_;
-    if (static_cast<int>(splits.size()) != size_ || rows % size_ != 0) {
-      invalid("all_to_all_single: uneven splits are not supported", rank_);
+    const int64_t perRow = rows == 0 ? 0 : t.numel() / rows;
+    std::vector<size_t> counts;
+    if (splits.empty()) {
+      if (rows % size_ != 0) {
+        invalid(std::string("all_to_all_single: ") + what + " has " + std::to_string(rows) +
+                    " rows, not a multiple of the world size (pass split sizes)",
+                rank_);
+      }
+      counts.assign(static_cast<size_t>(size_), static_cast<size_t>(rows / size_ * perRow));
+      return counts;
     }
-    for (int64_t s : splits) {
-      if (s != each) invalid("all_to_all_single: uneven splits are not supported", rank_);
+    if (static_cast<int>(splits.size()) != size_) {
+      invalid(std::string("all_to_all_single: ") + what + " split sizes need " +
+                  std::to_string(size_) + " entries",
+              rank_);
     }
+    int64_t sum = 0;
+    for (int64_t x : splits) {
+      if (x < 0) invalid("all_to_all_single: a negative split size", rank_);
+      sum += x;
+      counts.push_back(static_cast<size_t>(x * perRow));
+    }
+    if (sum != rows) {
+      invalid(std::string("all_to_all_single: the ") + what + " split sizes sum to " +
+                  std::to_string(sum) + ", the " + what + " has " + std::to_string(rows) + " rows",
+              rank_);
+    }
+    return counts;
   }
 
   std::unique_ptr<tccl::Communicator> comm_;

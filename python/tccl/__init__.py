@@ -41,6 +41,7 @@ __all__ = [
     "is_initialized", "get_rank", "get_world_size", "default_communicator", "all_reduce",
     "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
     "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter", "send", "recv",
+    "all_to_all_v", "all_gather_v", "reduce_scatter_v", "gather_v", "scatter_v",
     "isend", "irecv", "ANY_SOURCE", "ANY_TAG", "P2POp", "batch_isend_irecv", "group_start",
     "group_end", "group", "stats", "reset_stats", "last_call",
 ]
@@ -212,6 +213,32 @@ def _empty_like_flat(x, n):
     import numpy
 
     return numpy.empty(n, dtype=numpy.asarray(x).dtype)
+
+
+def _numel(x):
+    return x.numel() if hasattr(x, "numel") else int(getattr(x, "size", len(x)))
+
+
+def _counts(c):
+    """A counts or displacements list as non-negative ints ([] for None)."""
+    if c is None:
+        return []
+    out = [int(x) for x in c]
+    if any(x < 0 for x in out):
+        raise InvalidArgumentError(f"tccl: negative count or displacement in {list(c)}")
+    return out
+
+
+def _splits(sizes, array, world, what):
+    """torch's split sizes, or equal blocks of `array` when None."""
+    if sizes is not None:
+        return _counts(sizes)
+    n = _numel(array)
+    if n % world != 0:
+        raise InvalidArgumentError(
+            f"tccl: all_to_all_single {what} has {n} elements, not a multiple of the world "
+            f"size {world} (pass {what}_split_sizes)")
+    return [n // world] * world
 
 
 def _concat(arrays):
@@ -503,11 +530,69 @@ class Communicator:
     def barrier(self, async_op=False, *, timeout=None):
         return self._wrap(self._c.barrier(async_op, _timeout_ms(timeout)))
 
-    def all_to_all_single(self, output, input, async_op=False, *, timeout=None):
-        """Block p of output = rank p's block `rank` of input (equal blocks)."""
-        ib, dt = _as_buffer(input, "input")
-        ob, _ = _as_buffer(output, "output")
-        return self._wrap(self._c.all_to_all(ib, ob, async_op, _timeout_ms(timeout), dt))
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
+                          async_op=False, *, timeout=None):
+        """Block p of output = rank p's block `rank` of input. Equal blocks, or (as
+        torch.distributed) the split sizes: input_split_sizes[p] elements go to rank p,
+        output_split_sizes[p] come from rank p; None for either means equal blocks of that
+        array (an alltoallv, docs/python.md)."""
+        if isinstance(output_split_sizes, bool):  # the old (output, input, async_op) order
+            output_split_sizes, async_op = None, output_split_sizes
+        if output_split_sizes is None and input_split_sizes is None:
+            ib, dt = _as_buffer(input, "input")
+            ob, _ = _as_buffer(output, "output")
+            return self._wrap(self._c.all_to_all(ib, ob, async_op, _timeout_ms(timeout), dt))
+        send = _splits(input_split_sizes, input, self.size, "input")
+        recv = _splits(output_split_sizes, output, self.size, "output")
+        return self.all_to_all_v(output, input, send, recv, async_op=async_op, timeout=timeout)
+
+    # -- uneven collectives (MPI's ...v calls; counts in elements, one per rank; the
+    # displacements default to packed) --
+
+    def _uneven(self, kind, send, recv, count=0, send_counts=(), send_displs=None,
+                recv_counts=(), recv_displs=None, root=-1, op=ReduceOp.SUM, async_op=False,
+                timeout=None):
+        sb, dt = _as_buffer(send, "input") if send is not None else (None, None)
+        rb, dt2 = _as_buffer(recv, "output") if recv is not None else (None, None)
+        return self._wrap(self._c.uneven(
+            kind, sb, rb, int(count), _counts(send_counts), _counts(send_displs),
+            _counts(recv_counts), _counts(recv_displs), root, op, async_op, _timeout_ms(timeout),
+            dt if dt is not None else dt2))
+
+    def all_to_all_v(self, output, input, send_counts, recv_counts, send_displs=None,
+                     recv_displs=None, async_op=False, *, timeout=None):
+        """MPI_Alltoallv: send_counts[p] elements at input[send_displs[p]:] go to rank p;
+        recv_counts[p] from rank p land at output[recv_displs[p]:]."""
+        return self._uneven("alltoallv", input, output, 0, send_counts, send_displs,
+                            recv_counts, recv_displs, async_op=async_op, timeout=timeout)
+
+    def all_gather_v(self, output, input, recv_counts, recv_displs=None, async_op=False, *,
+                     timeout=None):
+        """MPI_Allgatherv: output[recv_displs[p]:][:recv_counts[p]] = rank p's input;
+        recv_counts the same on every rank, len(input) == recv_counts[rank]."""
+        return self._uneven("allgatherv", input, output, _numel(input), (), None, recv_counts,
+                            recv_displs, async_op=async_op, timeout=timeout)
+
+    def reduce_scatter_v(self, output, input, recv_counts, op=ReduceOp.SUM, async_op=False, *,
+                         timeout=None):
+        """MPI_Reduce_scatter: input holds the blocks packed (block p: recv_counts[p]
+        elements); output = op over ranks of block `rank`."""
+        return self._uneven("reduce_scatter_v", input, output, 0, (), None, recv_counts, None,
+                            op=op, async_op=async_op, timeout=timeout)
+
+    def gather_v(self, tensor, output=None, recv_counts=(), recv_displs=None, dst=0,
+                 async_op=False, *, timeout=None):
+        """MPI_Gatherv: rank p's tensor lands at dst's output[recv_displs[p]:]
+        (recv_counts and output read at dst only)."""
+        return self._uneven("gatherv", tensor, output, _numel(tensor), (), None, recv_counts,
+                            recv_displs, root=dst, async_op=async_op, timeout=timeout)
+
+    def scatter_v(self, tensor, input=None, send_counts=(), send_displs=None, src=0,
+                  async_op=False, *, timeout=None):
+        """MPI_Scatterv: tensor = src's send_counts[rank] elements at input[send_displs[rank]:]
+        (send_counts and input read at src only)."""
+        return self._uneven("scatterv", input, tensor, _numel(tensor), send_counts, send_displs,
+                            (), None, root=src, async_op=async_op, timeout=timeout)
 
     def gather(self, tensor, gather_list=None, dst=0, async_op=False, *, timeout=None):
         """At dst, gather_list receives every rank's tensor: a flat array of world_size x
@@ -793,8 +878,36 @@ def barrier(async_op=False, **kw):
     return default_communicator().barrier(async_op, **kw)
 
 
-def all_to_all_single(output, input, async_op=False, **kw):
-    return default_communicator().all_to_all_single(output, input, async_op, **kw)
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                      async_op=False, **kw):
+    return default_communicator().all_to_all_single(output, input, output_split_sizes,
+                                                    input_split_sizes, async_op, **kw)
+
+
+def all_to_all_v(output, input, send_counts, recv_counts, send_displs=None, recv_displs=None,
+                 async_op=False, **kw):
+    return default_communicator().all_to_all_v(output, input, send_counts, recv_counts,
+                                               send_displs, recv_displs, async_op, **kw)
+
+
+def all_gather_v(output, input, recv_counts, recv_displs=None, async_op=False, **kw):
+    return default_communicator().all_gather_v(output, input, recv_counts, recv_displs,
+                                               async_op, **kw)
+
+
+def reduce_scatter_v(output, input, recv_counts, op=ReduceOp.SUM, async_op=False, **kw):
+    return default_communicator().reduce_scatter_v(output, input, recv_counts, op, async_op,
+                                                   **kw)
+
+
+def gather_v(tensor, output=None, recv_counts=(), recv_displs=None, dst=0, async_op=False, **kw):
+    return default_communicator().gather_v(tensor, output, recv_counts, recv_displs, dst,
+                                           async_op, **kw)
+
+
+def scatter_v(tensor, input=None, send_counts=(), send_displs=None, src=0, async_op=False, **kw):
+    return default_communicator().scatter_v(tensor, input, send_counts, send_displs, src,
+                                            async_op, **kw)
 
 
 def gather(tensor, gather_list=None, dst=0, async_op=False, **kw):

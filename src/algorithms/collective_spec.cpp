@@ -12,6 +12,10 @@
 #include "tccl/error.hpp"
 
 namespace tccl::algo {
+namespace detail {
+void fillUnevenRows(std::vector<CollectiveSpec>& t);  // collective_spec_uneven.cpp
+}  // namespace detail
+
 namespace {
 
 uint64_t u64(size_t x) { return static_cast<uint64_t>(x); }
@@ -337,6 +341,7 @@ std::vector<CollectiveSpec> makeTable() {
     r.bytesReceived = broadcastReceived;  // the root keeps its block, the others get one
     r.busBwFactor = othersFactor;
   }
+  detail::fillUnevenRows(t);
   return t;
 }
 
@@ -363,6 +368,10 @@ void check(const BuildArgs& a) {
   }
   if (!allows(a.collective, a.algorithm)) {
     invalidArgs(s, "algorithm " + std::string(toString(a.algorithm)) + " is not available here");
+  }
+  if (s.uneven) {
+    // checkCounts with the smallest element: the sizes, overlaps and own counts.
+    if (auto bad = checkCounts(a, 1)) invalidArgs(s, *bad);
   }
 }
 
@@ -409,6 +418,7 @@ bool hasBuffer(Extent e, int rank, int root) {
       return false;
     case Extent::Block:
     case Extent::Blocks:
+    case Extent::Counted:
       return true;
     case Extent::RootBlock:
     case Extent::RootBlocks:
@@ -418,7 +428,7 @@ bool hasBuffer(Extent e, int rank, int root) {
 }
 
 size_t elemsOf(Extent e, size_t count, int n, int rank, int root) {
-  if (!hasBuffer(e, rank, root)) return 0;
+  if (!hasBuffer(e, rank, root) || e == Extent::Counted) return 0;  // Counted: inputElems(a)
   return e == Extent::Blocks || e == Extent::RootBlocks ? count * un(n) : count;
 }
 
@@ -441,32 +451,61 @@ bool countFits(size_t count, size_t elemSize, int n) {
   return elemSize > 0 && n > 0 && count <= (size_t{1} << 62) / elemSize / un(n);
 }
 
-Placement classify(Collective c, const void* in, const void* out, size_t count, size_t elemSize,
-                   int n, int rank, int root) {
-  const CollectiveSpec& s = spec(c);
+namespace {
+
+// `mine`: bytes from the start of the N-block buffer of the in-place layout to this
+// rank's block.
+Placement classifyBytes(InPlaceRule rule, const void* in, const void* out, uint64_t mine,
+                        uint64_t inBytes, uint64_t outBytes) {
   // Addresses as integers: "out + rank x block" need not point into any object.
   const auto i = reinterpret_cast<uintptr_t>(in);
   const auto o = reinterpret_cast<uintptr_t>(out);
-  const uintptr_t mine = static_cast<uintptr_t>(un(rank) * count * elemSize);
-  const uint64_t inBytes = inputBytes(c, count, elemSize, n, rank, root);
-  const uint64_t outBytes = outputBytes(c, count, elemSize, n, rank, root);
+  const auto m = static_cast<uintptr_t>(mine);
   bool inPlace = i == o;
-  switch (s.inPlace) {
+  switch (rule) {
     case InPlaceRule::SamePointer:
     case InPlaceRule::Refused:
       break;
     case InPlaceRule::InIsOutBlock:
-      inPlace = o != 0 && i == o + mine;
+      inPlace = o != 0 && i == o + m;
       break;
     case InPlaceRule::OutIsInBlock:
-      inPlace = i != 0 && o == i + mine;
+      inPlace = i != 0 && o == i + m;
       break;
   }
-  if (s.inPlace == InPlaceRule::Refused && inBytes > 0 && i == o) return Placement::InPlaceRefused;
+  if (rule == InPlaceRule::Refused && inBytes > 0 && i == o) return Placement::InPlaceRefused;
   if (inPlace) return Placement::InPlace;
   const bool overlap =
       i != 0 && o != 0 && inBytes > 0 && outBytes > 0 && i < o + outBytes && o < i + inBytes;
   return overlap ? Placement::Overlap : Placement::Distinct;
+}
+
+}  // namespace
+
+Placement classify(Collective c, const void* in, const void* out, size_t count, size_t elemSize,
+                   int n, int rank, int root) {
+  return classifyBytes(spec(c).inPlace, in, out, u64(un(rank) * count * elemSize),
+                       inputBytes(c, count, elemSize, n, rank, root),
+                       outputBytes(c, count, elemSize, n, rank, root));
+}
+
+size_t inputElems(const BuildArgs& a) {
+  const CollectiveSpec& s = spec(a.collective);
+  if (s.uneven) return a.v && hasBuffer(s.input, a.rank, a.root) ? s.inputElemsOf(a) : 0;
+  return inputElems(a.collective, a.count, a.n, a.rank, a.root);
+}
+
+size_t outputElems(const BuildArgs& a) {
+  const CollectiveSpec& s = spec(a.collective);
+  if (s.uneven) return a.v && hasBuffer(s.output, a.rank, a.root) ? s.outputElemsOf(a) : 0;
+  return outputElems(a.collective, a.count, a.n, a.rank, a.root);
+}
+
+Placement classify(const BuildArgs& a, const void* in, const void* out, size_t elemSize) {
+  const CollectiveSpec& s = spec(a.collective);
+  if (!s.uneven) return classify(a.collective, in, out, a.count, elemSize, a.n, a.rank, a.root);
+  return classifyBytes(s.inPlace, in, out, u64((a.v ? s.ownOffset(a) : 0) * elemSize),
+                       u64(inputElems(a) * elemSize), u64(outputElems(a) * elemSize));
 }
 
 // ---- algorithms ------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/collectives.hpp"
 #include "algorithms/schedule.hpp"
 #include "tccl/types.hpp"
 
@@ -43,8 +44,14 @@ enum class Collective : uint8_t {
   AllToAll,
   Gather,
   Scatter,
+  // The uneven ones (MPI's ...v calls): their counts are BuildArgs::v.
+  AllGatherV,
+  ReduceScatterV,
+  AllToAllV,
+  GatherV,
+  ScatterV,
 };
-inline constexpr size_t kCollectiveCount = 9;
+inline constexpr size_t kCollectiveCount = 14;
 
 // How many elements a buffer holds on one rank, for `count` elements per block (the
 // count a call passes) and world size n.
@@ -54,6 +61,7 @@ enum class Extent : uint8_t {
   Blocks,      // n x count, on every rank
   RootBlock,   // count at the root, none elsewhere
   RootBlocks,  // n x count at the root, none elsewhere
+  Counted,     // from the call's counts and displacements (CollectiveSpec::inputElemsOf)
 };
 
 // The layout of input and output that counts as in place (block = count elements).
@@ -92,6 +100,10 @@ struct BuildArgs {
   Algorithm algorithm = Algorithm::Auto;
   const HostLayout* hosts = nullptr;  // the hierarchical all-reduce's hosts (null: one each)
   bool inPlace = false;               // classify() said InPlace
+  // The uneven collectives' counts (null for the others). `count` is then this rank's
+  // own: allgatherv, gatherv its send count, scatterv its receive count,
+  // reduce_scatter_v recvCounts[rank], alltoallv the sum of its send counts.
+  const VCounts* v = nullptr;
 };
 
 // A built schedule with what the executor needs besides the ops.
@@ -137,6 +149,12 @@ struct CollectiveSpec {
   std::optional<uint64_t> (*bytesReceived)(const BuildArgs&, size_t elemSize) = nullptr;
   // nccl-tests' busbw = algbw x factor, algbw = (bytes of the larger buffer) / time.
   double (*busBwFactor)(int n) = nullptr;
+  // Uneven rows (Extent::Counted): the elements of this rank's buffers, and the element
+  // offset of this rank's own block in the N-block buffer of its in-place layout.
+  bool uneven = false;
+  size_t (*inputElemsOf)(const BuildArgs&) = nullptr;
+  size_t (*outputElemsOf)(const BuildArgs&) = nullptr;
+  size_t (*ownOffset)(const BuildArgs&) = nullptr;
 };
 
 // ---- the table -------------------------------------------------------------------------
@@ -168,6 +186,18 @@ bool countFits(size_t count, size_t elemSize, int n);
 // The two buffers of a call on this rank (sizes from the row's extents).
 Placement classify(Collective c, const void* in, const void* out, size_t count, size_t elemSize,
                    int n, int rank, int root);
+// The same for any row, uneven ones included (their sizes from a.v).
+size_t inputElems(const BuildArgs& a);
+size_t outputElems(const BuildArgs& a);
+Placement classify(const BuildArgs& a, const void* in, const void* out, size_t elemSize);
+// An uneven call's counts against its row: nullopt when they are consistent on this rank,
+// else why not ("recvCounts has 3 entries for 4 ranks", "sendCount 5 but recvCounts[2] is
+// 4", "blocks 1 and 2 of the output overlap", ...). What only the peers can tell (rank p's
+// count for this pair) is checked by the count messages (collectives.hpp).
+std::optional<std::string> checkCounts(const BuildArgs& a, size_t elemSize);
+// The counts every rank must pass alike (allgatherv, reduce_scatter_v: the receive
+// counts), as a digest for the call's fingerprint; 0 for the rows without.
+uint64_t sharedCountsDigest(const BuildArgs& a);
 
 // ---- algorithms ------------------------------------------------------------------------
 

@@ -24,81 +24,96 @@ uint32_t rounds(int n) {
   return k;
 }
 
-// Ring pass shared by reduce-scatter and all-gather: N-1 steps, each forwarding the
-// block received in the previous step, segment by segment.
-//   sendBlock(s), recvBlock(s): block indices; sendFrom(s): source buffer;
-//   recv(s, range): the receive op for that step.
-template <typename SendBlock, typename RecvBlock, typename SendFrom, typename MakeRecv>
-void ringPass(Schedule& s, int rank, int n, size_t c, size_t segElems, SendBlock sendBlock,
+// Ring pass shared by reduce-scatter and all-gather (even and uneven): N-1 steps, each
+// forwarding the block received in the previous step, segment by segment.
+//   blockOf(b): block b's logical range; sendBlock(s), recvBlock(s): block indices;
+//   sendFrom(s): source buffer; recv(s, range): the receive op for that step.
+// The block a rank sends at step s+1 is the one it received at step s, so segment k of
+// that send waits for segment k of that receive.
+template <typename BlockOf, typename SendBlock, typename RecvBlock, typename SendFrom,
+          typename MakeRecv>
+void ringPass(Schedule& s, int rank, int n, size_t segElems, BlockOf blockOf, SendBlock sendBlock,
               RecvBlock recvBlock, SendFrom sendFrom, MakeRecv makeRecv) {
   const int next = ring::next(rank, n);
   const int prev = ring::prev(rank, n);
-  const size_t segs = segmentCount(c, segElems);
   std::vector<int32_t> lastRecv;
   for (int st = 0; st < n - 1; ++st) {
-    const Range sb{static_cast<size_t>(sendBlock(st)) * c, c};
-    const Range rb{static_cast<size_t>(recvBlock(st)) * c, c};
-    std::vector<int32_t> thisRecv(segs, -1);
-    for (size_t k = 0; k < segs; ++k) {
-      addSend(s, next, static_cast<uint32_t>(st), segmentRange(sb, segElems, k), sendFrom(st),
-              lastRecv.empty() ? -1 : lastRecv[k]);
-      thisRecv[k] = pushOp(s, makeRecv(st, prev, segmentRange(rb, segElems, k)));
+    const Range sb = blockOf(sendBlock(st));
+    const Range rb = blockOf(recvBlock(st));
+    const size_t sendSegs = segmentCount(sb.count, segElems);
+    const size_t recvSegs = segmentCount(rb.count, segElems);
+    std::vector<int32_t> thisRecv(recvSegs, -1);
+    for (size_t k = 0; k < std::max(sendSegs, recvSegs); ++k) {
+      if (k < sendSegs) {
+        addSend(s, next, static_cast<uint32_t>(st), segmentRange(sb, segElems, k), sendFrom(st),
+                k < lastRecv.size() ? lastRecv[k] : -1);
+      }
+      if (k < recvSegs) thisRecv[k] = pushOp(s, makeRecv(st, prev, segmentRange(rb, segElems, k)));
     }
     lastRecv = std::move(thisRecv);
   }
 }
 
-}  // namespace
+// The ring reduce-scatter's receive at step st (the last one completes block r).
+Op rsRecv(int n, int st, int prev, Range r) {
+  Op op;
+  op.type = OpType::Recv;
+  op.peer = prev;
+  op.step = static_cast<uint32_t>(st);
+  op.range = r;
+  op.action = RecvAction::Reduce;
+  op.buffer = BufferId::Input;
+  const bool last = st == n - 2;  // the block received last is block r: complete
+  op.dst = last ? BufferId::Output : BufferId::Scratch;
+  op.finalize = last;
+  return op;
+}
 
-Schedule ringReduceScatter(int rank, int n, size_t c, size_t segElems) {
+Op agRecv(int st, int prev, Range r) {
+  Op op;
+  op.type = OpType::Recv;
+  op.peer = prev;
+  op.step = static_cast<uint32_t>(st);
+  op.range = r;
+  op.dst = BufferId::Output;
+  return op;
+}
+
+// Both ring passes over blocks blockOf(0..n-1); reduce: reduce-scatter, else all-gather.
+template <typename BlockOf>
+Schedule ringOf(int rank, int n, size_t segElems, BlockOf blockOf, bool reduce, size_t scratch) {
   Schedule s;
   s.algorithm = "ring";
   const uint32_t steps = n > 1 ? static_cast<uint32_t>(n - 1) : 0;
-  s.phases.push_back({"reduce-scatter", 0, steps});
-  if (n <= 1 || c == 0) return s;
-  s.scratchElems = static_cast<size_t>(n) * c;
-  ringPass(
-      s, rank, n, c, segElems, [&](int st) { return mod(int64_t{rank} - st - 1, n); },
-      [&](int st) { return mod(int64_t{rank} - st - 2, n); },
-      [](int st) { return st == 0 ? BufferId::Input : BufferId::Scratch; },
-      [&](int st, int prev, Range r) {
-        Op op;
-        op.type = OpType::Recv;
-        op.peer = prev;
-        op.step = static_cast<uint32_t>(st);
-        op.range = r;
-        op.action = RecvAction::Reduce;
-        op.buffer = BufferId::Input;
-        const bool last = st == n - 2;  // the block received last is block r: complete
-        op.dst = last ? BufferId::Output : BufferId::Scratch;
-        op.finalize = last;
-        return op;
-      });
+  s.phases.push_back({reduce ? "reduce-scatter" : "all-gather", 0, steps});
+  if (n <= 1) return s;
+  if (reduce) {
+    ringPass(
+        s, rank, n, segElems, blockOf, [&](int st) { return mod(int64_t{rank} - st - 1, n); },
+        [&](int st) { return mod(int64_t{rank} - st - 2, n); },
+        [](int st) { return st == 0 ? BufferId::Input : BufferId::Scratch; },
+        [&](int st, int prev, Range r) { return rsRecv(n, st, prev, r); });
+  } else {
+    ringPass(
+        s, rank, n, segElems, blockOf, [&](int st) { return mod(int64_t{rank} - st, n); },
+        [&](int st) { return mod(int64_t{rank} - st - 1, n); },
+        [](int st) { return st == 0 ? BufferId::Input : BufferId::Output; }, agRecv);
+  }
+  if (!s.ops.empty() && reduce) s.scratchElems = scratch;
   collectPeers(s);
   return s;
 }
 
+}  // namespace
+
+Schedule ringReduceScatter(int rank, int n, size_t c, size_t segElems) {
+  auto blockOf = [c](int b) { return Range{static_cast<size_t>(b) * c, c}; };
+  return ringOf(rank, n, segElems, blockOf, /*reduce=*/true, static_cast<size_t>(n) * c);
+}
+
 Schedule ringAllGather(int rank, int n, size_t c, size_t segElems) {
-  Schedule s;
-  s.algorithm = "ring";
-  const uint32_t steps = n > 1 ? static_cast<uint32_t>(n - 1) : 0;
-  s.phases.push_back({"all-gather", 0, steps});
-  if (n <= 1 || c == 0) return s;
-  ringPass(
-      s, rank, n, c, segElems, [&](int st) { return mod(int64_t{rank} - st, n); },
-      [&](int st) { return mod(int64_t{rank} - st - 1, n); },
-      [](int st) { return st == 0 ? BufferId::Input : BufferId::Output; },
-      [](int st, int prev, Range r) {
-        Op op;
-        op.type = OpType::Recv;
-        op.peer = prev;
-        op.step = static_cast<uint32_t>(st);
-        op.range = r;
-        op.dst = BufferId::Output;
-        return op;
-      });
-  collectPeers(s);
-  return s;
+  auto blockOf = [c](int b) { return Range{static_cast<size_t>(b) * c, c}; };
+  return ringOf(rank, n, segElems, blockOf, /*reduce=*/false, 0);
 }
 
 Schedule binomialBroadcast(int rank, int n, int root, size_t c, size_t segElems) {
@@ -278,6 +293,134 @@ Schedule flatGather(int rank, int n, int root, size_t c, size_t segElems) {
 
 Schedule flatScatter(int rank, int n, int root, size_t c, size_t segElems) {
   return flatRooted(rank, n, root, c, segElems, /*toRoot=*/false);
+}
+
+// ---- uneven collectives ------------------------------------------------------------------
+
+namespace {
+
+size_t at(const std::vector<size_t>& v, int i) { return v[static_cast<size_t>(i)]; }
+
+// Prefix sums: block p of a packed vector starts at the sum of the blocks before it.
+std::vector<size_t> packedOffsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> off(counts.size(), 0);
+  for (size_t p = 1; p < counts.size(); ++p) off[p] = off[p - 1] + counts[p - 1];
+  return off;
+}
+
+// Segments k = 0.. of several ranges at once (one per peer, k outer), so that no peer
+// waits for another's whole block; emit(i, segment) is called for each.
+template <typename Emit>
+void interleaveSegments(const std::vector<Range>& ranges, size_t segElems, Emit emit) {
+  size_t most = 0;
+  for (const Range& r : ranges) most = std::max(most, segmentCount(r.count, segElems));
+  for (size_t k = 0; k < most; ++k) {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (k < segmentCount(ranges[i].count, segElems)) {
+        emit(i, segmentRange(ranges[i], segElems, k));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Schedule ringAllGatherV(int rank, int n, const std::vector<size_t>& counts,
+                        const std::vector<size_t>& displs, size_t segElems) {
+  auto blockOf = [&](int b) { return Range{at(displs, b), at(counts, b)}; };
+  return ringOf(rank, n, segElems, blockOf, /*reduce=*/false, 0);
+}
+
+Schedule ringReduceScatterV(int rank, int n, const std::vector<size_t>& counts, size_t segElems) {
+  const std::vector<size_t> off = packedOffsets(counts);
+  auto blockOf = [&](int b) { return Range{at(off, b), at(counts, b)}; };
+  const size_t total = n > 0 ? off.back() + counts.back() : 0;
+  return ringOf(rank, n, segElems, blockOf, /*reduce=*/true, total);
+}
+
+Schedule pairwiseAllToAllV(int rank, int n, const VCounts& v, size_t segElems) {
+  Schedule s;
+  s.algorithm = "pairwise";
+  s.phases.push_back({"all-to-all", 0, n > 1 ? 1u : 0u});
+  if (n <= 1) return s;
+  // Logical offsets: Input element x is at x + rd[r], Output element y at y + sd[r].
+  const size_t inShift = at(v.recvDispls, rank), outShift = at(v.sendDispls, rank);
+  std::vector<int> to, from;
+  for (int d = 1; d < n; ++d) {
+    to.push_back(mod(int64_t{rank} + d, n));
+    from.push_back(mod(int64_t{rank} - d, n));
+    addCountSend(s, to.back(), 0, at(v.sendCounts, to.back()));
+    addCountRecv(s, from.back(), 0, at(v.recvCounts, from.back()));
+  }
+  std::vector<Range> sends, recvs;
+  for (int d = 0; d < n - 1; ++d) {
+    const int t = to[static_cast<size_t>(d)], f = from[static_cast<size_t>(d)];
+    sends.push_back({at(v.sendDispls, t) + inShift, at(v.sendCounts, t)});
+    recvs.push_back({at(v.recvDispls, f) + outShift, at(v.recvCounts, f)});
+  }
+  // Pair by pair, segment by segment, as the even all-to-all (sends and receives of a
+  // pair interleaved: each direction of a connection is its own FIFO).
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const size_t ks = segmentCount(sends[i].count, segElems);
+    const size_t kr = segmentCount(recvs[i].count, segElems);
+    for (size_t k = 0; k < std::max(ks, kr); ++k) {
+      if (k < ks) addSend(s, to[i], 0, segmentRange(sends[i], segElems, k), BufferId::Input);
+      if (k < kr) {
+        addRecvCopy(s, from[i], 0, segmentRange(recvs[i], segElems, k), BufferId::Output);
+      }
+    }
+  }
+  collectPeers(s);
+  return s;
+}
+
+namespace {
+
+// Gatherv (toRoot) and scatterv share one shape: the root talks to every rank directly,
+// rank p's block of the root's buffer (counts[p] at displs[p]) <-> rank p's `mine`
+// elements; each pair's count message goes first, from the side that sends the data.
+Schedule flatRootedV(int rank, int n, int root, size_t mine, const std::vector<size_t>& counts,
+                     const std::vector<size_t>& displs, size_t segElems, bool toRoot) {
+  Schedule s;
+  s.algorithm = "flat";
+  s.phases.push_back({toRoot ? "gather" : "scatter", 0, n > 1 ? 1u : 0u});
+  if (n <= 1) return s;
+  std::vector<int> peers;
+  std::vector<Range> blocks;
+  if (rank != root) {
+    peers.push_back(root);
+    blocks.push_back({0, mine});
+    toRoot ? addCountSend(s, root, 0, mine) : addCountRecv(s, root, 0, mine);
+  } else {
+    for (int p = 0; p < n; ++p) {
+      if (p == root) continue;
+      peers.push_back(p);
+      blocks.push_back({at(displs, p), at(counts, p)});
+      toRoot ? addCountRecv(s, p, 0, at(counts, p)) : addCountSend(s, p, 0, at(counts, p));
+    }
+  }
+  const bool sends = toRoot != (rank == root);
+  interleaveSegments(blocks, segElems, [&](size_t i, Range seg) {
+    if (sends) {
+      addSend(s, peers[i], 0, seg, BufferId::Input);
+    } else {
+      addRecvCopy(s, peers[i], 0, seg, BufferId::Output);
+    }
+  });
+  collectPeers(s);
+  return s;
+}
+
+}  // namespace
+
+Schedule flatGatherV(int rank, int n, int root, size_t sendCount, const VCounts& v,
+                     size_t segElems) {
+  return flatRootedV(rank, n, root, sendCount, v.recvCounts, v.recvDispls, segElems, true);
+}
+
+Schedule flatScatterV(int rank, int n, int root, size_t recvCount, const VCounts& v,
+                      size_t segElems) {
+  return flatRootedV(rank, n, root, recvCount, v.sendCounts, v.sendDispls, segElems, false);
 }
 
 }  // namespace tccl::algo

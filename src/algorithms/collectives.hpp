@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "algorithms/schedule.hpp"
 
@@ -60,5 +61,50 @@ Schedule flatGather(int rank, int n, int root, size_t c, size_t segElems);
 // Scatter from root: the root sends Input block p (origin 0) to rank p; every rank
 // receives its block into Output (origin r*c; the root's own block copied locally).
 Schedule flatScatter(int rank, int n, int root, size_t c, size_t segElems);
+
+// ---- uneven collectives (MPI's ...v calls; docs/algorithms.md, "Uneven collectives") ----
+// Per-rank element counts and displacements, as MPI takes them; which vectors a
+// collective reads is said at its builder (the others may be empty). Displacements are
+// already resolved (the public calls fill packed ones when the caller gives none).
+struct VCounts {
+  std::vector<size_t> sendCounts, sendDispls;  // to / for rank p
+  std::vector<size_t> recvCounts, recvDispls;  // from / of rank p
+  bool operator==(const VCounts&) const = default;
+};
+
+// Uneven ring all-gather: block p (counts[p] elements) sits at displs[p] of Output
+// (origin 0); Input is block r (origin displs[r]), copied locally. The steps of
+// ringAllGather with block p's range in place of p*c: rank r sends every block but
+// r+1 and receives every block but r. counts and displs are the same on every rank
+// (the call's fingerprint carries the counts).
+Schedule ringAllGatherV(int rank, int n, const std::vector<size_t>& counts,
+                        const std::vector<size_t>& displs, size_t segElems);
+
+// Uneven ring reduce-scatter (MPI_Reduce_scatter): Input holds the blocks packed, block p
+// (counts[p] elements) at counts[0] + ... + counts[p-1]; Output is block r (origin
+// there); Scratch: the sum of the counts. The steps of ringReduceScatter: rank r sends
+// every block but r and receives every block but r-1.
+Schedule ringReduceScatterV(int rank, int n, const std::vector<size_t>& counts, size_t segElems);
+
+// Uneven all-to-all (MPI_Alltoallv), reads all four vectors: sendCounts[p] elements at
+// Input + sendDispls[p] go to rank p, recvCounts[p] from rank p land at Output +
+// recvDispls[p]. Logical offsets: Input element x is at x + recvDispls[r], Output
+// element y at y + sendDispls[r] (inputOrigin, outputOrigin), so block r has one range
+// in both and is copied locally. One step: first a count message to and from every
+// other rank (Op::countMsg: a disagreement fails before any data lands), then every
+// pair's data at once, segment by segment. Bytes sent: the sendCounts but r, plus
+// 8 x (N-1) for the counts; received alike.
+Schedule pairwiseAllToAllV(int rank, int n, const VCounts& v, size_t segElems);
+
+// Uneven gather (MPI_Gatherv): every rank sends sendCount elements (Input, origin 0) to
+// the root, preceded by a count message; the root (reads recvCounts, recvDispls)
+// receives rank p's into Output at recvDispls[p] and checks each count first.
+Schedule flatGatherV(int rank, int n, int root, size_t sendCount, const VCounts& v,
+                     size_t segElems);
+// Uneven scatter (MPI_Scatterv): the root (reads sendCounts, sendDispls) sends
+// sendCounts[p] elements at Input + sendDispls[p] to rank p, preceded by a count
+// message; rank p receives recvCount elements into Output (origin 0).
+Schedule flatScatterV(int rank, int n, int root, size_t recvCount, const VCounts& v,
+                      size_t segElems);
 
 }  // namespace tccl::algo

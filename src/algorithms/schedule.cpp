@@ -8,7 +8,7 @@ namespace tccl::algo {
 uint64_t Schedule::bytesSent(size_t elemSize) const {
   uint64_t total = 0;
   for (const Op& op : ops) {
-    if (op.type == OpType::Send) total += op.range.count * elemSize;
+    if (op.type == OpType::Send) total += op.countMsg ? kCountMsgBytes : op.range.count * elemSize;
   }
   return total;
 }
@@ -16,7 +16,7 @@ uint64_t Schedule::bytesSent(size_t elemSize) const {
 uint64_t Schedule::bytesReceived(size_t elemSize) const {
   uint64_t total = 0;
   for (const Op& op : ops) {
-    if (op.type == OpType::Recv) total += op.range.count * elemSize;
+    if (op.type == OpType::Recv) total += op.countMsg ? kCountMsgBytes : op.range.count * elemSize;
   }
   return total;
 }
@@ -24,7 +24,7 @@ uint64_t Schedule::bytesReceived(size_t elemSize) const {
 size_t Schedule::maxRecvElems() const {
   size_t m = 0;
   for (const Op& op : ops) {
-    if (op.type == OpType::Recv) m = std::max(m, op.range.count);
+    if (op.type == OpType::Recv && !op.countMsg) m = std::max(m, op.range.count);
   }
   return m;
 }
@@ -74,6 +74,27 @@ int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from
   op.dependsOn = dependsOn;
   s.ops.push_back(op);
   return static_cast<int32_t>(s.ops.size() - 1);
+}
+
+namespace {
+int32_t addCountMsg(Schedule& s, OpType type, int peer, uint32_t step, uint64_t count) {
+  Op op;
+  op.type = type;
+  op.peer = peer;
+  op.step = step;
+  op.countMsg = true;
+  op.value = count;
+  s.ops.push_back(op);
+  return static_cast<int32_t>(s.ops.size() - 1);
+}
+}  // namespace
+
+int32_t addCountSend(Schedule& s, int peer, uint32_t step, uint64_t count) {
+  return addCountMsg(s, OpType::Send, peer, step, count);
+}
+
+int32_t addCountRecv(Schedule& s, int peer, uint32_t step, uint64_t count) {
+  return addCountMsg(s, OpType::Recv, peer, step, count);
 }
 
 int32_t addLocalCopy(Schedule& s, Range range, BufferId from, BufferId into, int32_t dependsOn,

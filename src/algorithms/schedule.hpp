@@ -42,7 +42,17 @@ struct Op {
   int32_t dependsOn = -1;
   bool thenSelf = false;  // after the action: dst[range] = dst[range] op Input[range]
   bool finalize = false;  // after everything: the range is final (Avg divides here)
+  // A count message (the uneven collectives' agreement check, docs/algorithms.md,
+  // "Uneven collectives"): the payload is `value` as 8 little-endian bytes instead of a
+  // buffer range (range, buffer and dst are unused). A Send sends value; a Recv fails
+  // with a Mismatch naming both ranks unless the peer's value equals its own, before
+  // any data of the pair lands (the peer's data follows on the same connection).
+  bool countMsg = false;
+  uint64_t value = 0;
 };
+
+// Payload bytes of one count message.
+inline constexpr size_t kCountMsgBytes = 8;
 
 struct Phase {
   std::string name;  // "reduce-scatter"
@@ -58,10 +68,12 @@ struct Schedule {
   // Elements of scratch space the schedule needs (0: none).
   size_t scratchElems = 0;
 
-  // Payload bytes this rank sends / receives when the schedule runs.
+  // Payload bytes this rank sends / receives when the schedule runs (count messages:
+  // kCountMsgBytes each).
   uint64_t bytesSent(size_t elemSize) const;
   uint64_t bytesReceived(size_t elemSize) const;
-  // Largest receive range in elements (the executor's staging size).
+  // Largest receive range in elements (the executor's staging size; count messages
+  // land elsewhere).
   size_t maxRecvElems() const;
   // The phase a global step belongs to (nullptr if none).
   const Phase* phaseOf(uint32_t step) const;
@@ -73,6 +85,10 @@ int32_t addSend(Schedule& s, int peer, uint32_t step, Range range, BufferId from
                 int32_t dependsOn = -1);
 int32_t addRecv(Schedule& s, int peer, uint32_t step, Range range, RecvAction action,
                 BufferId operand, BufferId dst, int32_t dependsOn = -1, bool finalize = false);
+// Count messages (Op::countMsg): `count` elements go from this rank to `peer` / this
+// rank expects `count` elements from `peer`.
+int32_t addCountSend(Schedule& s, int peer, uint32_t step, uint64_t count);
+int32_t addCountRecv(Schedule& s, int peer, uint32_t step, uint64_t count);
 // A local copy dst[range] = from[range] (see OpType::Copy).
 int32_t addLocalCopy(Schedule& s, Range range, BufferId from, BufferId into, int32_t dependsOn = -1,
                      bool finalize = false);

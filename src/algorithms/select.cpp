@@ -405,4 +405,59 @@ Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkMo
   return pick;
 }
 
+// ---- the uneven collectives -----------------------------------------------------------
+
+namespace {
+
+double unevenSec(size_t n, double busiestBytes, double perByte, const LinkModel& m) {
+  return n > 1 ? static_cast<double>(n - 1) * m.alphaSec + busiestBytes * perByte : 0;
+}
+
+// max over r of (sum of counts but counts[(r + shift) mod n]).
+double busiestRing(const std::vector<size_t>& c, size_t shift) {
+  double total = 0, most = 0;
+  for (size_t x : c) total += static_cast<double>(x);
+  for (size_t r = 0; r < c.size(); ++r) {
+    most = std::max(most, total - static_cast<double>(c[(r + shift) % c.size()]));
+  }
+  return most;
+}
+
+}  // namespace
+
+double predictAllGatherVSec(const std::vector<size_t>& counts, size_t e, const LinkModel& m) {
+  return unevenSec(counts.size(), busiestRing(counts, 1) * static_cast<double>(e), m.betaSecPerByte,
+                   m);
+}
+
+double predictReduceScatterVSec(const std::vector<size_t>& counts, size_t e, const LinkModel& m) {
+  return unevenSec(counts.size(), busiestRing(counts, 0) * static_cast<double>(e),
+                   m.betaSecPerByte + m.gammaSecPerByte, m);
+}
+
+double predictAllToAllVSec(const std::vector<std::vector<size_t>>& sends, size_t e,
+                           const LinkModel& m) {
+  const size_t n = sends.size();
+  double most = 0;
+  for (size_t r = 0; r < n; ++r) {
+    double out = 0, in = 0;
+    for (size_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      out += static_cast<double>(sends[r][p] * e + 8);
+      in += static_cast<double>(sends[p][r] * e + 8);
+    }
+    most = std::max({most, out, in});
+  }
+  return unevenSec(n, most, m.betaSecPerByte, m);
+}
+
+double predictRootedVSec(const std::vector<size_t>& counts, int root, size_t e,
+                         const LinkModel& m) {
+  double bytes = 0;
+  for (size_t p = 0; p < counts.size(); ++p) {
+    if (static_cast<int>(p) != root) bytes += static_cast<double>(counts[p] * e + 8);
+  }
+  return unevenSec(counts.size(), bytes, m.betaSecPerByte, m);
+}
+
 }  // namespace tccl::algo

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tccl/types.hpp"
 
@@ -141,5 +142,22 @@ double predictTreeBroadcastSec(int n, size_t bytes, const LinkModel& m);
 double predictChainBroadcastSec(int n, size_t bytes, size_t segmentBytes, const LinkModel& m);
 Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkModel& m,
                           std::string* why);
+
+// ---- the uneven collectives (one algorithm each: a prediction, not a choice) ----------
+// time = steps x alpha + the busiest rank's payload (what it sends or receives, the larger)
+// x beta, with e the element size (docs/algorithms.md, "Uneven collectives"):
+//   allgatherv, ring:        (N-1) alpha + max_r (T - c[r+1]) e beta   (T = sum of counts;
+//                            segments pipeline, so each link carries every block but one)
+//   reduce_scatter_v, ring:  (N-1) alpha + max_r (T - c[r]) e (beta + gamma)
+//   alltoallv, pairwise:     (N-1) alpha + max_r max(sum_p!=r m[r][p], sum_p!=r m[p][r]) e beta
+//                            (m[i][j]: elements rank i sends rank j; + 8 B count messages)
+//   gatherv / scatterv, flat: (N-1) alpha + sum_p!=root c[p] e beta   (the root's link)
+double predictAllGatherVSec(const std::vector<size_t>& counts, size_t elemSize, const LinkModel& m);
+double predictReduceScatterVSec(const std::vector<size_t>& counts, size_t elemSize,
+                                const LinkModel& m);
+double predictAllToAllVSec(const std::vector<std::vector<size_t>>& sends, size_t elemSize,
+                           const LinkModel& m);
+double predictRootedVSec(const std::vector<size_t>& counts, int root, size_t elemSize,
+                         const LinkModel& m);
 
 }  // namespace tccl::algo

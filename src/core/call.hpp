@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,9 @@ struct PreparedCall {
   std::optional<std::chrono::milliseconds> timeout;
   int64_t seq = -1;      // collectives: the communicator's sequence; p2p: per peer and direction
   bool inPlace = false;  // the buffers are the collective's in-place layout (algo::classify)
+  // The uneven collectives' counts and displacements (null for the others), displacements
+  // resolved (packed where the caller gave none). Shared: the call is queued and copied.
+  std::shared_ptr<const algo::VCounts> v;
 };
 
 // What a rank is running now, for its heartbeat record (formatted by that thread).
@@ -42,12 +46,14 @@ struct Running {
   int root = -1;
   Algorithm algorithm = Algorithm::Ring;
   uint32_t fingerprint = 0;
+  std::shared_ptr<const algo::VCounts> v;  // uneven collectives: their counts, for describe
   // The heartbeat period during this call: shorter than the communicator's when the
   // call's own timeout is (so that a silent peer is still found within 2x of it).
   std::chrono::milliseconds period{0};
 };
 
-// The readable signature of collective #seq: "allreduce #4 float32 x1024 sum ring".
+// The readable signature of collective #seq: "allreduce #4 float32 x1024 sum ring"; an
+// uneven one adds the counts it was called with ("... counts 3,0,5", at most 16 shown).
 std::string describe(int64_t seq, const Running& r);
 
 }  // namespace tccl

@@ -184,6 +184,9 @@ struct Communicator::Impl {
   void validate(PreparedCall& call) const;
   void checkBuffers(PreparedCall& call) const;
   void settleAlgorithm(PreparedCall& call) const;
+  // The table's view of a call on this rank (its counts included); segElems, hosts and
+  // inPlace are the caller's to fill.
+  algo::BuildArgs argsOf(const PreparedCall& call) const;
   [[noreturn]] void invalid(const std::string& msg) const;
   // invalid("<collective>: " + why), the collective named by its row of the table.
   [[noreturn]] void invalidCall(const PreparedCall& call, const std::string& why) const;

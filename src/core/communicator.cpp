@@ -291,6 +291,133 @@ WorkPtr Communicator::scatterAsync(const void* sendbuf, void* recvbuf, size_t re
                         root, options),
                true);
 }
+// ---- the uneven collectives: their counts travel with the call -------------------------
+
+namespace {
+
+using Counts = std::span<const size_t>;
+
+std::vector<size_t> vec(Counts c) { return std::vector<size_t>(c.begin(), c.end()); }
+
+// The caller's displacements, or packed ones (prefix sums of the counts) when it gave none.
+std::vector<size_t> displsOf(Counts counts, Counts displs) {
+  if (!displs.empty()) return vec(displs);
+  std::vector<size_t> packed(counts.size(), 0);
+  for (size_t p = 1; p < counts.size(); ++p) packed[p] = packed[p - 1] + counts[p - 1];
+  return packed;
+}
+
+PreparedCall makeVCall(Collective kind, const void* in, void* out, size_t count, DataType dtype,
+                       ReduceOp op, int root, const CollectiveOptions& o, algo::VCounts v) {
+  PreparedCall c = makeCall(kind, in, out, count, dtype, op, root, o);
+  c.v = std::make_shared<const algo::VCounts>(std::move(v));
+  return c;
+}
+
+algo::VCounts recvSide(Counts counts, Counts displs) {
+  algo::VCounts v;
+  v.recvCounts = vec(counts);
+  v.recvDispls = displsOf(counts, displs);
+  return v;
+}
+
+algo::VCounts sendSide(Counts counts, Counts displs) {
+  algo::VCounts v;
+  v.sendCounts = vec(counts);
+  v.sendDispls = displsOf(counts, displs);
+  return v;
+}
+
+// This rank's count of a reduce_scatter_v (0 where the counts are malformed: validation
+// names that).
+size_t own(Counts counts, int rank) {
+  return static_cast<size_t>(rank) < counts.size() ? counts[static_cast<size_t>(rank)] : 0;
+}
+
+PreparedCall allToAllVCall(const void* in, Counts sc, Counts sd, void* out, Counts rc, Counts rd,
+                           DataType dtype, const CollectiveOptions& o) {
+  algo::VCounts v = sendSide(sc, sd);
+  algo::VCounts r = recvSide(rc, rd);
+  v.recvCounts = std::move(r.recvCounts);
+  v.recvDispls = std::move(r.recvDispls);
+  size_t total = 0;
+  for (size_t x : sc) total += x;
+  return makeVCall(Collective::AllToAllV, in, out, total, dtype, ReduceOp::Sum, -1, o,
+                   std::move(v));
+}
+
+}  // namespace
+
+void Communicator::allGatherV(const void* sendbuf, size_t sendCount, void* recvbuf,
+                              Counts recvCounts, Counts recvDispls, DataType dtype,
+                              const CollectiveOptions& options) {
+  issue(makeVCall(Collective::AllGatherV, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, -1,
+                  options, recvSide(recvCounts, recvDispls)),
+        false);
+}
+WorkPtr Communicator::allGatherVAsync(const void* sendbuf, size_t sendCount, void* recvbuf,
+                                      Counts recvCounts, Counts recvDispls, DataType dtype,
+                                      const CollectiveOptions& options) {
+  return issue(makeVCall(Collective::AllGatherV, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum,
+                         -1, options, recvSide(recvCounts, recvDispls)),
+               true);
+}
+void Communicator::reduceScatterV(const void* sendbuf, void* recvbuf, Counts recvCounts,
+                                  DataType dtype, ReduceOp op, const CollectiveOptions& options) {
+  issue(makeVCall(Collective::ReduceScatterV, sendbuf, recvbuf, own(recvCounts, rank()), dtype, op,
+                  -1, options, recvSide(recvCounts, {})),
+        false);
+}
+WorkPtr Communicator::reduceScatterVAsync(const void* sendbuf, void* recvbuf, Counts recvCounts,
+                                          DataType dtype, ReduceOp op,
+                                          const CollectiveOptions& options) {
+  return issue(makeVCall(Collective::ReduceScatterV, sendbuf, recvbuf, own(recvCounts, rank()),
+                         dtype, op, -1, options, recvSide(recvCounts, {})),
+               true);
+}
+void Communicator::allToAllV(const void* sendbuf, Counts sendCounts, Counts sendDispls,
+                             void* recvbuf, Counts recvCounts, Counts recvDispls, DataType dtype,
+                             const CollectiveOptions& options) {
+  issue(allToAllVCall(sendbuf, sendCounts, sendDispls, recvbuf, recvCounts, recvDispls, dtype,
+                      options),
+        false);
+}
+WorkPtr Communicator::allToAllVAsync(const void* sendbuf, Counts sendCounts, Counts sendDispls,
+                                     void* recvbuf, Counts recvCounts, Counts recvDispls,
+                                     DataType dtype, const CollectiveOptions& options) {
+  return issue(allToAllVCall(sendbuf, sendCounts, sendDispls, recvbuf, recvCounts, recvDispls,
+                             dtype, options),
+               true);
+}
+void Communicator::gatherV(const void* sendbuf, size_t sendCount, void* recvbuf, Counts recvCounts,
+                           Counts recvDispls, DataType dtype, int root,
+                           const CollectiveOptions& options) {
+  issue(makeVCall(Collective::GatherV, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum, root,
+                  options, recvSide(recvCounts, recvDispls)),
+        false);
+}
+WorkPtr Communicator::gatherVAsync(const void* sendbuf, size_t sendCount, void* recvbuf,
+                                   Counts recvCounts, Counts recvDispls, DataType dtype, int root,
+                                   const CollectiveOptions& options) {
+  return issue(makeVCall(Collective::GatherV, sendbuf, recvbuf, sendCount, dtype, ReduceOp::Sum,
+                         root, options, recvSide(recvCounts, recvDispls)),
+               true);
+}
+void Communicator::scatterV(const void* sendbuf, Counts sendCounts, Counts sendDispls,
+                            void* recvbuf, size_t recvCount, DataType dtype, int root,
+                            const CollectiveOptions& options) {
+  issue(makeVCall(Collective::ScatterV, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum, root,
+                  options, sendSide(sendCounts, sendDispls)),
+        false);
+}
+WorkPtr Communicator::scatterVAsync(const void* sendbuf, Counts sendCounts, Counts sendDispls,
+                                    void* recvbuf, size_t recvCount, DataType dtype, int root,
+                                    const CollectiveOptions& options) {
+  return issue(makeVCall(Collective::ScatterV, sendbuf, recvbuf, recvCount, dtype, ReduceOp::Sum,
+                         root, options, sendSide(sendCounts, sendDispls)),
+               true);
+}
+
 // ---- failures (failure_protocol.cpp) -----------------------------------------------------
 
 void Communicator::abort(const std::string& reason) { impl_->abortNow(reason); }

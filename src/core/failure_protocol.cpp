@@ -233,6 +233,12 @@ void Communicator::Impl::judgeMismatchCause(ErrorInfo& c, const ErrorInfo& local
     if (sig.fingerprint != fps[c.culprit]) c.localSignature = sig.text;
   }
   if (sigs.count(c.culprit)) c.remoteSignature = sigs[c.culprit].text;
+  if (outlier < 0 && local.message.rfind(kCountsDisagree, 0) == 0) {
+    // An uneven collective's counts: every rank ran the same call, and the message
+    // names both ranks of the pair that disagree.
+    c.message = local.message + " (seen by rank " + std::to_string(boot.rank) + ")";
+    return;
+  }
   c.message = "rank " + std::to_string(c.culprit) +
               " called a different collective than the others (" +
               (c.remoteSignature.empty() ? "?" : c.remoteSignature) + "); first seen by rank " +

@@ -214,14 +214,8 @@ void Communicator::Impl::beginStats(const PreparedCall& call, CallStats* stats) 
 void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline,
                                       int64_t timeoutMs) {
   const size_t elem = dataTypeSize(call.dtype);
-  algo::BuildArgs args;
-  args.collective = call.kind;
-  args.rank = boot.rank;
-  args.n = boot.size;
-  args.root = call.root;
-  args.count = call.count;
+  algo::BuildArgs args = argsOf(call);
   args.segElems = std::max<size_t>(1, boot.segmentBytes / elem);
-  args.algorithm = call.algorithm;
   // Only hier needs the host layout (read within the call's deadline: readHosts).
   args.hosts = call.algorithm == Algorithm::Hierarchical
                    ? &readHosts(call, deadline, timeoutMs).layout(deadline)
@@ -235,8 +229,7 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, 
   const uint8_t* in = call.in;
   // Naive reads its input while it writes its output; in place, it works from a copy.
   if (built.needsInputCopy) {
-    plan.inputCopy.assign(
-        in, in + algo::inputBytes(call.kind, call.count, elem, boot.size, boot.rank, call.root));
+    plan.inputCopy.assign(in, in + algo::inputElems(args) * elem);
     in = plan.inputCopy.data();
   }
   const algo::Schedule& schedule = plan.schedule;
@@ -256,9 +249,14 @@ void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, D
   ctx.worldSize = boot.size;
   ctx.rank = boot.rank;
   ctx.seq = static_cast<uint32_t>(call.seq);
+  // An uneven call's own counts differ between ranks by design: its fingerprint carries
+  // the counts every rank must pass alike (a digest; 0 for alltoallv, gatherv, scatterv,
+  // whose counts the count messages check pair by pair).
+  const uint64_t count =
+      algo::spec(call.kind).uneven ? algo::sharedCountsDigest(argsOf(call)) : call.count;
   ctx.fingerprint = wire::fingerprint(name, static_cast<uint8_t>(call.algorithm),
                                       static_cast<uint8_t>(call.dtype),
-                                      static_cast<uint8_t>(call.op), call.count, call.root);
+                                      static_cast<uint8_t>(call.op), count, call.root);
   ctx.collective = name;
   ctx.seqFull = call.seq;
   ctx.deadline = deadline;
@@ -281,6 +279,7 @@ Running Communicator::Impl::runningOf(const PreparedCall& call, const CallPlan& 
   what.root = call.root;
   what.algorithm = call.algorithm;
   what.fingerprint = plan.ctx.fingerprint;
+  what.v = call.v;
   const auto hbPeriod = failure.hbPeriod;
   if (timeoutMs > 0 && hbPeriod.count() > 0)
     what.period =

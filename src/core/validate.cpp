@@ -39,24 +39,41 @@ void Communicator::Impl::validate(PreparedCall& call) const {
     invalidCall(call, "root " + std::to_string(call.root) + " not in [0, " +
                           std::to_string(boot.size) + ")");
   }
+  if (s.uneven) {
+    const algo::BuildArgs a = argsOf(call);
+    if (auto bad = algo::checkCounts(a, dataTypeSize(call.dtype))) invalidCall(call, *bad);
+  }
   checkBuffers(call);
   settleAlgorithm(call);
+}
+
+algo::BuildArgs Communicator::Impl::argsOf(const PreparedCall& call) const {
+  algo::BuildArgs a;
+  a.collective = call.kind;
+  a.rank = boot.rank;
+  a.n = boot.size;
+  a.root = call.root;
+  a.count = call.count;
+  a.algorithm = call.algorithm;
+  a.v = call.v.get();
+  return a;
 }
 
 // Null buffers, and overlaps other than the collective's in-place layout; records
 // whether the call is in place.
 void Communicator::Impl::checkBuffers(PreparedCall& call) const {
   const size_t elem = dataTypeSize(call.dtype);
-  const int n = boot.size, rank = boot.rank;
+  const algo::BuildArgs a = argsOf(call);
   // Bytes each buffer must hold on this rank (0: not used here).
-  const uint64_t inBytes = algo::inputBytes(call.kind, call.count, elem, n, rank, call.root);
-  const uint64_t outBytes = algo::outputBytes(call.kind, call.count, elem, n, rank, call.root);
+  const uint64_t inBytes = algo::inputElems(a) * elem;
+  const uint64_t outBytes = algo::outputElems(a) * elem;
   if ((inBytes > 0 && call.in == nullptr) || (outBytes > 0 && call.out == nullptr)) {
     invalidCall(call, "null buffer with count > 0");
   }
   // In place is allowed where a collective defines it; any other overlap is an error.
-  switch (algo::classify(call.kind, call.in, call.out, call.count, elem, n, rank, call.root)) {
+  switch (algo::classify(a, call.in, call.out, elem)) {
     case algo::Placement::InPlaceRefused:
+      // alltoall and alltoallv alike (the message starts with the call's name).
       invalidCall(call, "in-place all-to-all is not supported: use distinct buffers");
     case algo::Placement::Overlap:
       invalidCall(call, "input and output overlap without being the collective's in-place layout");

@@ -36,7 +36,20 @@ struct ChanState {
   bool recvBlocked = false;  // the link would block
   uint8_t* staging = nullptr;
   bool parked = false;  // holds the next call's message: stop watching it this call
+  // A count message (Op::countMsg) being sent or received, little endian.
+  uint8_t countTx[algo::kCountMsgBytes] = {};
+  uint8_t countRx[algo::kCountMsgBytes] = {};
 };
+
+void putCount(uint8_t* out, uint64_t v) {
+  for (size_t i = 0; i < algo::kCountMsgBytes; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint64_t getCount(const uint8_t* in) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < algo::kCountMsgBytes; ++i) v |= uint64_t{in[i]} << (8 * i);
+  return v;
+}
 
 std::atomic<bool> faultFired{false};
 
@@ -169,8 +182,9 @@ class Run {
         h.seq = ctx_.seq;
         h.fingerprint = ctx_.fingerprint;
         h.step = op.step;
-        h.length = op.range.count * elem_;
-        cs.tx.start(h, bufPtr(op.buffer, op));
+        h.length = opBytes(op);
+        if (op.countMsg) putCount(cs.countTx, op.value);
+        cs.tx.start(h, op.countMsg ? cs.countTx : bufPtr(op.buffer, op));
       }
       const LinkIo io = cs.tx.pump(*cs.link);
       if (io.status == LinkStatus::Blocked) {
@@ -194,7 +208,25 @@ class Run {
     return progress;
   }
 
+  // Payload bytes of op's message.
+  uint64_t opBytes(const Op& op) const {
+    return op.countMsg ? algo::kCountMsgBytes : op.range.count * elem_;
+  }
+
+  // The uneven collectives' agreement: the peer's count for this pair is ours.
+  void checkCount(const Op& op, const ChanState& cs) {
+    const uint64_t theirs = getCount(cs.countRx);
+    if (theirs == op.value) return;
+    const std::string peer = std::to_string(cs.link->peer());
+    const std::string me = std::to_string(ctx_.rank);
+    fail(ErrorKind::Mismatch, cs, op, 0,
+         std::string(kCountsDisagree) + "rank " + peer + " sends " + std::to_string(theirs) +
+             " elements to rank " + me + ", but rank " + me + " expects " +
+             std::to_string(op.value) + " from rank " + peer);
+  }
+
   void applyAction(const Op& op, const ChanState& cs) {
+    if (op.countMsg) return checkCount(op, cs);
     uint8_t* dst = outPtr(op);
     const size_t n = op.range.count;
     const ReduceOp rop = ctx_.op;
@@ -225,7 +257,7 @@ class Run {
                ", this rank expected #" + std::to_string(ctx_.seq) + " with signature " +
                std::to_string(ctx_.fingerprint));
     }
-    const uint64_t len = op.range.count * elem_;
+    const uint64_t len = opBytes(op);
     if (h.step != op.step || h.length != len) {
       fail(ErrorKind::Protocol, cs, op, 0,
            "message out of schedule: got step " + std::to_string(h.step) + " length " +
@@ -245,8 +277,10 @@ class Run {
         // Header and payload in one readv: the schedule says what comes next.
         const bool inHeader = !cs.rx.headerReady();
         if (inHeader && cs.rx.got() == 0) {
-          cs.rx.expect(op.action == RecvAction::Copy ? outPtr(op) : cs.staging,
-                       op.range.count * elem_);
+          uint8_t* into = op.countMsg                     ? cs.countRx
+                          : op.action == RecvAction::Copy ? outPtr(op)
+                                                          : cs.staging;
+          cs.rx.expect(into, opBytes(op));
         }
         const LinkIo io = inHeader ? cs.rx.pumpHeader(*cs.link) : cs.rx.pumpPayload(*cs.link);
         if (io.status == LinkStatus::Blocked) {
@@ -478,7 +512,7 @@ class Run {
     // `moved` counts header and payload bytes of the message; report the payload.
     info.bytesMoved =
         static_cast<int64_t>(moved > wire::kHeaderSize ? moved - wire::kHeaderSize : 0);
-    info.bytesExpected = static_cast<int64_t>(op.range.count * elem_);
+    info.bytesExpected = static_cast<int64_t>(opBytes(op));
     info.elapsedMs =
         std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start_)
             .count();

@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "algorithms/schedule.hpp"
@@ -46,6 +47,10 @@ struct FaultSpec {
   // set) when malformed.
   static std::optional<FaultSpec> parse(const std::string& s, std::string* error);
 };
+
+// The start of the message of a count message's disagreement (uneven collectives): the
+// failure protocol keeps such a message as it is, since it names both ranks already.
+inline constexpr std::string_view kCountsDisagree = "counts disagree: ";
 
 struct ExecContext {
   const uint8_t* input = nullptr;
