@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "tccl/error.hpp"
@@ -182,7 +183,7 @@ Fd listenOn(const std::string& host, uint16_t port, int backlog) {
   throwError(ErrorKind::System, "cannot listen on " + joinHostPort(host, port) + ": " + lastErr);
 }
 
-Fd acceptNonBlocking(int listenFd, SockAddr* from) {
+Fd acceptNonBlocking(int listenFd, SockAddr* from, int* err) {
   SockAddr a;
   a.len = sizeof a.storage;
   for (;;) {
@@ -196,6 +197,7 @@ Fd acceptNonBlocking(int listenFd, SockAddr* from) {
     if (errno == EINTR) continue;
     // EAGAIN: nothing pending. ECONNABORTED and friends: that client is gone; the
     // caller simply polls again.
+    if (err != nullptr) *err = errno;
     return Fd();
   }
 }
@@ -259,7 +261,11 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, b
       }
     }
     if (deadline.expired()) break;
-    auto sleepFor = backoff;
+    // Full jitter over the upper half: clients that failed together spread out.
+    thread_local std::minstd_rand jitter(std::random_device{}());
+    auto sleepFor = std::chrono::milliseconds(
+        backoff.count() / 2 +
+        static_cast<int64_t>(jitter() % static_cast<uint64_t>(backoff.count() / 2 + 1)));
     if (!deadline.isNever()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at() -
                                                                         Deadline::Clock::now());
