@@ -11,8 +11,9 @@
 //                      TimeoutError (ErrorKind::Timeout) whose message names the keys
 //                      still missing. get() times out the same way.
 //   erase(k)           remove k; returns whether it existed.
-//   multiGet(keys)     get() of every key in one request: waits (the store's timeout)
-//                      until all exist, returns their values in the order asked.
+//   multiGet(keys, t)  get() of every key in one request: waits until all exist or t
+//                      passes (the store's timeout by default; the timeout names the
+//                      missing keys), returns their values in the order asked.
 //   multiSet(keys, vs) set() of every pair in one request, applied in order (atomically
 //                      for HashStore, FileStore and TcpStore).
 //   compareSet(k, expected, desired)
@@ -47,13 +48,17 @@ class Store {
   virtual bool erase(const std::string& key) = 0;
   // Defaults: one wait() then get() per key; set() per pair. Every tccl store overrides
   // them with one request; a store of its own (a user's) gets these for free.
-  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys);
+  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout);
   virtual void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
   // No default can be atomic: a store that does not override it throws InvalidArgument.
   virtual Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired);
 
   // wait() with the store's own timeout.
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) {
+    return multiGet(keys, timeout());
+  }
   void setString(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
   }
@@ -80,9 +85,11 @@ class HashStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
-  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
 
  private:
@@ -102,9 +109,11 @@ class FileStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
-  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
   const std::string& path() const;
 
@@ -154,9 +163,11 @@ class TcpStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
-  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
   const std::string& host() const;
   uint16_t port() const;
@@ -179,9 +190,11 @@ class PrefixStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
-  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
 
  private:

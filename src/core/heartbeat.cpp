@@ -33,11 +33,10 @@ void Communicator::Impl::startHeartbeat() {
   if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
   f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
   if (f.hbPeriod.count() == 0) return;
+  // The rank's one store connection: TcpStore requests are tagged, so a heartbeat is
+  // answered while another thread's WAIT is parked on the same connection (it used to
+  // open a second connection for that: two per rank).
   f.hbStore = boot.store;
-  if (auto* tcp = dynamic_cast<TcpStore*>(boot.userStore.get())) {
-    f.hbStore = std::make_shared<PrefixStore>("tccl/" + boot.options.name,
-                                              std::make_shared<TcpStore>(tcp->host(), tcp->port()));
-  }
   boot.store->setString(failure::keys::heartbeat(boot.rank),
                         failure::encodeHeartbeat(ownHeartbeat(0)));
   f.heartbeat = std::thread([this] { heartbeatLoop(); });

@@ -357,10 +357,11 @@ bool FileStore::erase(const std::string& key) {
   return true;
 }
 
-std::vector<Bytes> FileStore::multiGet(const std::vector<std::string>& keys) {
+std::vector<Bytes> FileStore::multiGet(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) {
   storeproto::checkKeys(keys);
   std::vector<Bytes> out;
-  impl_->waitFor(keys, timeout(), "multiGet", [&] {
+  impl_->waitFor(keys, timeout, "multiGet", [&] {
     out.reserve(keys.size());
     for (const std::string& k : keys) out.push_back(impl_->data.at(k));
   });

@@ -99,10 +99,11 @@ bool HashStore::erase(const std::string& key) {
 
 namespace tccl {
 
-std::vector<Bytes> HashStore::multiGet(const std::vector<std::string>& keys) {
+std::vector<Bytes> HashStore::multiGet(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) {
   storeproto::checkKeys(keys);
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->waitLocked(lock, keys, timeout(), "multiGet");
+  impl_->waitLocked(lock, keys, timeout, "multiGet");
   std::vector<Bytes> out;
   out.reserve(keys.size());
   for (const std::string& k : keys) out.push_back(impl_->data.at(k));

@@ -40,12 +40,12 @@ void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::millis
 
 bool PrefixStore::erase(const std::string& key) { return base_->erase(k(key)); }
 
-std::vector<Bytes> PrefixStore::multiGet(const std::vector<std::string>& keys) {
+std::vector<Bytes> PrefixStore::multiGet(const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) {
   std::vector<std::string> full;
   full.reserve(keys.size());
   for (const std::string& key : keys) full.push_back(k(key));
-  if (timeout() != base_->timeout() && !full.empty()) base_->wait(full, timeout());
-  return base_->multiGet(full);
+  return base_->multiGet(full, timeout);
 }
 
 void PrefixStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {

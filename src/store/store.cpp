@@ -7,10 +7,11 @@
 
 namespace tccl {
 
-std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys) {
+std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout) {
   storeproto::checkKeys(keys);
   if (keys.empty()) return {};
-  wait(keys, timeout());
+  wait(keys, timeout);
   std::vector<Bytes> out;
   out.reserve(keys.size());
   for (const std::string& k : keys) out.push_back(get(k));

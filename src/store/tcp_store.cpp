@@ -338,11 +338,12 @@ bool TcpStore::erase(const std::string& key) {
   return impl_->simple(std::move(req), timeout()).flag;
 }
 
-std::vector<Bytes> TcpStore::multiGet(const std::vector<std::string>& keys) {
+std::vector<Bytes> TcpStore::multiGet(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout) {
   Request req;
   req.command = Command::MultiGet;
   req.keys = keys;
-  Response resp = impl_->waiting(std::move(req), timeout(), "multiGet");
+  Response resp = impl_->waiting(std::move(req), timeout, "multiGet");
   if (resp.values.size() != keys.size()) {
     impl_->throwFor(ErrorKind::Store, "the store answered MULTI_GET of " +
                                           std::to_string(keys.size()) + " keys with " +
