@@ -118,23 +118,42 @@ double seconds(const Args& a, const std::string& name, double dflt) {
   return v;
 }
 
-// The ranks the launcher can supervise: one process each (RLIMIT_NPROC) and, with tagged
-// output, two pipes each that it holds open (RLIMIT_NOFILE).
+// Raises the soft descriptor limit to what n ranks need here, within the hard limit (the
+// ranks inherit it: each holds a socket per peer it talks to). Returns the limit now.
+rlim_t raiseFileLimit(rlim_t need) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return RLIM_INFINITY;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < need) {
+    const rlim_t old = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? need : std::min(need, lim.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      TCCL_INFO("tccl launch: raised the open-file limit from " << old << " to " << lim.rlim_cur);
+    }
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  return lim.rlim_cur;
+}
+
+// The ranks the launcher can supervise: one process each (RLIMIT_NPROC); with tagged
+// output, two pipes each that it holds open, and on node 0 one store connection each
+// (RLIMIT_NOFILE, raised towards its hard limit first).
 void checkProcessLimits(const LaunchConfig& c) {
   rlimit lim{};
+  const rlim_t files = (c.tag ? 2 : 0) * static_cast<rlim_t>(c.nproc) +
+                       (c.nodeRank == 0 ? static_cast<rlim_t>(c.nproc) * c.nnodes : 0) + 64;
+  const rlim_t have = raiseFileLimit(std::max<rlim_t>(files, 4096));
+  if (have != RLIM_INFINITY && files > have) {
+    throw UsageError{"--nproc-per-node " + std::to_string(c.nproc) + " needs about " +
+                     std::to_string(files) +
+                     " open files in the launcher (output pipes and store connections), more "
+                     "than its hard limit allows (ulimit -Hn: " +
+                     std::to_string(have) + "): raise it, or use --no-tag-output"};
+  }
   if (::getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
       static_cast<rlim_t>(c.nproc) >= lim.rlim_cur) {
     throw UsageError{"--nproc-per-node " + std::to_string(c.nproc) +
                      " is more processes than this user may run (ulimit -u: " +
                      std::to_string(lim.rlim_cur) + ")"};
-  }
-  if (c.tag && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    const rlim_t need = 2 * static_cast<rlim_t>(c.nproc) + 32;
-    if (need > lim.rlim_cur)
-      throw UsageError{"--nproc-per-node " + std::to_string(c.nproc) +
-                       " with tagged output needs " + std::to_string(need) +
-                       " open files, more than ulimit -n (" + std::to_string(lim.rlim_cur) +
-                       "): raise it, or use --no-tag-output"};
   }
 }
 
@@ -806,6 +825,12 @@ int launchMain(int argc, char** argv, int first) {
       return 1;
     }
     status = launcher.supervise();
+  }
+  if (server) {
+    const TcpStoreServer::Stats st = server->stats();
+    TCCL_INFO("tccl launch: the store served " << st.requests << " requests on " << st.accepted
+                                               << " connections (at most " << st.peakConnections
+                                               << " at once)");
   }
   if (c.nnodes > 1) {
     try {

@@ -10,8 +10,17 @@
 //   wait(keys, t)      block until every key exists or t passes; on timeout throws a
 //                      TimeoutError (ErrorKind::Timeout) whose message names the keys
 //                      still missing. get() times out the same way.
-// Connection failures and protocol errors of TcpStore throw StoreError.
 //   erase(k)           remove k; returns whether it existed.
+//   multiGet(keys, t)  get() of every key in one request: waits until all exist or t
+//                      passes (the store's timeout by default; the timeout names the
+//                      missing keys), returns their values in the order asked.
+//   multiSet(keys, vs) set() of every pair in one request, applied in order (atomically
+//                      for HashStore, FileStore and TcpStore).
+//   compareSet(k, expected, desired)
+//                      atomically: if k holds `expected`, or k is absent and `expected`
+//                      is empty, k becomes `desired`. Returns the value k holds after the
+//                      call (empty when absent), as torch.distributed's compare_set.
+// Connection failures and protocol errors of TcpStore throw StoreError.
 #pragma once
 
 #include <chrono>
@@ -37,9 +46,19 @@ class Store {
   virtual bool check(const std::vector<std::string>& keys) = 0;
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   virtual bool erase(const std::string& key) = 0;
+  // Defaults: one wait() then get() per key; set() per pair. Every tccl store overrides
+  // them with one request; a store of its own (a user's) gets these for free.
+  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout);
+  virtual void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  // No default can be atomic: a store that does not override it throws InvalidArgument.
+  virtual Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired);
 
   // wait() with the store's own timeout.
   void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys) {
+    return multiGet(keys, timeout());
+  }
   void setString(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
   }
@@ -66,6 +85,11 @@ class HashStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
 
  private:
@@ -85,6 +109,11 @@ class FileStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
   const std::string& path() const;
 
@@ -106,6 +135,16 @@ class TcpStoreServer {
   const std::string& host() const;
   void stop();
 
+  // What the server has done so far (a snapshot; for benchmarks and the launcher's log).
+  struct Stats {
+    uint64_t requests = 0;         // requests decoded and served
+    uint64_t accepted = 0;         // connections accepted
+    uint64_t connections = 0;      // open now
+    uint64_t peakConnections = 0;  // most open at once
+    uint64_t limitHits = 0;        // times a limit refused or held back something
+  };
+  Stats stats() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -124,6 +163,11 @@ class TcpStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
   const std::string& host() const;
   uint16_t port() const;
@@ -146,6 +190,11 @@ class PrefixStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool erase(const std::string& key) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  using Store::multiGet;
   using Store::wait;
 
  private:

@@ -38,13 +38,10 @@ void Communicator::Impl::startHeartbeat(const std::shared_ptr<HeartbeatHub>& hub
   if (auto env = config::getEnvInt("TCCL_HEARTBEAT_MS", 0, 3600000)) period = *env;
   f.hbPeriod = std::chrono::milliseconds(boot.size > 1 ? period : 0);
   if (f.hbPeriod.count() == 0) return;
-  f.hbRaw = hbRaw;
-  if (!f.hbRaw) {
-    f.hbRaw = boot.userStore;
-    if (auto* tcp = dynamic_cast<TcpStore*>(boot.userStore.get())) {
-      f.hbRaw = std::make_shared<TcpStore>(tcp->host(), tcp->port());
-    }
-  }
+  // The rank's one store connection (a family's children share their root's): TcpStore
+  // requests are tagged, so a heartbeat is answered while another thread's WAIT is parked
+  // on the same connection (it used to open a second connection for that: two per rank).
+  f.hbRaw = hbRaw ? hbRaw : boot.userStore;
   f.hbStore = std::make_shared<PrefixStore>("tccl/" + boot.options.name, f.hbRaw);
   boot.store->setString(failure::keys::heartbeat(boot.rank),
                         failure::encodeHeartbeat(ownHeartbeat(0)));

@@ -14,6 +14,13 @@ namespace {
 
 std::string hostKeyName(int rank) { return "host/" + std::to_string(rank); }
 
+std::vector<std::string> asStrings(const std::vector<Bytes>& values) {
+  std::vector<std::string> out;
+  out.reserve(values.size());
+  for (const Bytes& v : values) out.emplace_back(v.begin(), v.end());
+  return out;
+}
+
 std::chrono::milliseconds orDefault(std::chrono::milliseconds t) {
   return t.count() > 0 ? t : Store::kDefaultTimeout;
 }
@@ -42,10 +49,7 @@ Topology::Topology(std::shared_ptr<Store> store, int rank, int size,
 algo::HostLayout Topology::readKeys(Store& store, int size, std::chrono::milliseconds timeout) {
   std::vector<std::string> names;
   for (int r = 0; r < size; ++r) names.push_back(hostKeyName(r));
-  store.wait(names, orDefault(timeout));
-  std::vector<std::string> keys;
-  for (const std::string& n : names) keys.push_back(store.getString(n));
-  return algo::HostLayout::fromKeys(keys);
+  return algo::HostLayout::fromKeys(asStrings(store.multiGet(names, orDefault(timeout))));
 }
 
 algo::HostLayout Topology::read(const std::shared_ptr<Store>& userStore,
@@ -65,8 +69,11 @@ algo::HostLayout Topology::readBefore(Deadline deadline) const {
                         : std::max(std::chrono::milliseconds(1),
                                    std::chrono::duration_cast<std::chrono::milliseconds>(
                                        deadline.at() - Deadline::Clock::now()));
+  // One request for every rank's host, however many ranks: the server answers it once the
+  // last rank has published (N gets per rank made the first `auto` call O(N^2) requests).
+  std::vector<Bytes> values;
   try {
-    store_->wait(names, left);
+    values = store_->multiGet(names, left);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::Timeout) throw;
     std::vector<int> missing;
@@ -91,9 +98,7 @@ algo::HostLayout Topology::readBefore(Deadline deadline) const {
                    (missing.size() > 1 ? "s " : " ") + list + ")";
     throwError(std::move(info));
   }
-  std::vector<std::string> keys;
-  for (const std::string& n : names) keys.push_back(store_->getString(n));
-  return algo::HostLayout::fromKeys(keys);
+  return algo::HostLayout::fromKeys(asStrings(values));
 }
 
 const algo::HostLayout& Topology::layout() const { return layout(Deadline::after(timeout_)); }

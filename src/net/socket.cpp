@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <thread>
 
 #include "tccl/error.hpp"
@@ -280,7 +281,11 @@ Fd connectWithRetry(const std::string& host, uint16_t port, Deadline deadline, b
       }
     }
     if (deadline.expired()) break;
-    auto sleepFor = backoff;
+    // Full jitter over the upper half: clients that failed together spread out.
+    thread_local std::minstd_rand jitter(std::random_device{}());
+    auto sleepFor = std::chrono::milliseconds(
+        backoff.count() / 2 +
+        static_cast<int64_t>(jitter() % static_cast<uint64_t>(backoff.count() / 2 + 1)));
     if (!deadline.isNever()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at() -
                                                                         Deadline::Clock::now());

@@ -63,15 +63,20 @@ std::pair<std::string, uint16_t> splitHostPort(const std::string& s);
 std::string joinHostPort(const std::string& host, uint16_t port);
 
 // A listening socket on host:port (port 0: ephemeral), nonblocking, SO_REUSEADDR.
-// "::" listens on both families (IPV6_V6ONLY off).
-Fd listenOn(const std::string& host, uint16_t port, int backlog = 128);
+// "::" listens on both families (IPV6_V6ONLY off). The backlog is SOMAXCONN (the kernel
+// caps it at net.core.somaxconn): a thousand ranks connecting at once to the store or to
+// one rank must wait in it, not be refused.
+inline constexpr int kListenBacklog = SOMAXCONN;
+Fd listenOn(const std::string& host, uint16_t port, int backlog = kListenBacklog);
 
 // Accepts one pending connection from a nonblocking listener; invalid Fd if none, with
 // *err (when given) the errno of the failed accept (EAGAIN: nothing pending; EMFILE /
 // ENFILE: out of descriptors, the connection stays queued and the caller must back off).
 Fd acceptNonBlocking(int listenFd, SockAddr* from = nullptr, int* err = nullptr);
 
-// Connects, retrying failed attempts with backoff until the deadline. Returns a
+// Connects, retrying failed attempts with jittered exponential backoff (2 ms doubling to
+// 200 ms, each sleep drawn from [half, all] of it, so a thousand clients refused at once
+// do not come back in lockstep) until the deadline. Returns a
 // connected socket in nonblocking mode with TCP_NODELAY set. Throws TimeoutError
 // naming the address and the last OS error. With retryRefused = false, a refused
 // connection (nothing listens there: the process that published the address is

@@ -223,8 +223,14 @@ struct FileStore::Impl {
   }
 
   // Appends one record (after the file header if the file is empty) and folds it in.
-  // Caller holds mu and LOCK_EX and has just refreshed.
+  // Caller holds mu and LOCK_EX and has just refreshed (appendRaw too).
   void append(const Bytes& record, bool isSet, const std::string& key, const Bytes& value) {
+    appendRaw(record);
+    apply(isSet, key, value);
+  }
+
+  // Appends whole records; the caller folds them into data.
+  void appendRaw(const Bytes& record) {
     Bytes out;
     const bool needHeader = replayed == 0;
     if (needHeader) out.assign(kFileMagic, kFileMagic + kFileHeaderBytes);
@@ -238,7 +244,6 @@ struct FileStore::Impl {
       done += static_cast<size_t>(w);
     }
     replayed += out.size();
-    apply(isSet, key, value);
   }
 
   std::vector<std::string> missing(const std::vector<std::string>& keys) const {
@@ -350,6 +355,49 @@ bool FileStore::erase(const std::string& key) {
   if (impl_->data.find(key) == impl_->data.end()) return false;
   impl_->append(eraseRecord(key), false, key, {});
   return true;
+}
+
+std::vector<Bytes> FileStore::multiGet(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) {
+  storeproto::checkKeys(keys);
+  std::vector<Bytes> out;
+  impl_->waitFor(keys, timeout, "multiGet", [&] {
+    out.reserve(keys.size());
+    for (const std::string& k : keys) out.push_back(impl_->data.at(k));
+  });
+  return out;
+}
+
+void FileStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  storeproto::checkPairs(keys, values);
+  Bytes records;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Bytes r = setRecord(keys[i], values[i]);
+    records.insert(records.end(), r.begin(), r.end());
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  FileLock flock(impl_->fd.get(), LOCK_EX, impl_->path);
+  impl_->refresh(/*writer=*/true);
+  // One append of every record: readers replay whole records, so they see the pairs of
+  // one multiSet together or (torn by a crash) a prefix of them.
+  impl_->appendRaw(records);
+  for (size_t i = 0; i < keys.size(); ++i) impl_->apply(true, keys[i], values[i]);
+}
+
+Bytes FileStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  storeproto::checkKey(key);
+  storeproto::checkValue(expected);
+  storeproto::checkValue(desired);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  FileLock flock(impl_->fd.get(), LOCK_EX, impl_->path);
+  impl_->refresh(/*writer=*/true);
+  auto it = impl_->data.find(key);
+  const bool present = it != impl_->data.end();
+  if (!storeproto::compareSetMatches(present ? &it->second : nullptr, expected)) {
+    return present ? it->second : Bytes();
+  }
+  impl_->append(setRecord(key, desired), true, key, desired);
+  return desired;
 }
 
 }  // namespace tccl

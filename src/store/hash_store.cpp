@@ -96,3 +96,45 @@ bool HashStore::erase(const std::string& key) {
 }
 
 }  // namespace tccl
+
+namespace tccl {
+
+std::vector<Bytes> HashStore::multiGet(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) {
+  storeproto::checkKeys(keys);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->waitLocked(lock, keys, timeout, "multiGet");
+  std::vector<Bytes> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) out.push_back(impl_->data.at(k));
+  return out;
+}
+
+void HashStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  storeproto::checkPairs(keys, values);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (size_t i = 0; i < keys.size(); ++i) impl_->data[keys[i]] = values[i];
+  }
+  impl_->changed.notify_all();
+}
+
+Bytes HashStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  storeproto::checkKey(key);
+  storeproto::checkValue(expected);
+  storeproto::checkValue(desired);
+  Bytes now;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->data.find(key);
+    if (!storeproto::compareSetMatches(it == impl_->data.end() ? nullptr : &it->second, expected)) {
+      return it == impl_->data.end() ? Bytes() : it->second;
+    }
+    impl_->data[key] = desired;
+    now = desired;
+  }
+  impl_->changed.notify_all();
+  return now;
+}
+
+}  // namespace tccl

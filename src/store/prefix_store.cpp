@@ -40,4 +40,23 @@ void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::millis
 
 bool PrefixStore::erase(const std::string& key) { return base_->erase(k(key)); }
 
+std::vector<Bytes> PrefixStore::multiGet(const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const std::string& key : keys) full.push_back(k(key));
+  return base_->multiGet(full, timeout);
+}
+
+void PrefixStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const std::string& key : keys) full.push_back(k(key));
+  base_->multiSet(full, values);
+}
+
+Bytes PrefixStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  return base_->compareSet(k(key), expected, desired);
+}
+
 }  // namespace tccl

@@ -13,10 +13,24 @@ namespace {
 constexpr int64_t kMaxFiniteTimeoutMs = int64_t{100} * 365 * 24 * 3600 * 1000;
 
 bool validCommand(uint8_t c) {
-  return c >= static_cast<uint8_t>(Command::Set) && c <= static_cast<uint8_t>(Command::Auth);
+  return c >= static_cast<uint8_t>(Command::Set) && c <= static_cast<uint8_t>(kLastCommand);
 }
 
-bool commandWaits(Command c) { return c == Command::Get || c == Command::Wait; }
+bool commandWaits(Command c) {
+  return c == Command::Get || c == Command::Wait || c == Command::MultiGet;
+}
+
+// The body bytes a list of keys takes, and the same for values.
+uint64_t runBytes(const std::vector<std::string>& ks) {
+  uint64_t n = 0;
+  for (const std::string& k : ks) n += 4 + k.size();
+  return n;
+}
+uint64_t runBytes(const std::vector<Bytes>& vs) {
+  uint64_t n = 0;
+  for (const Bytes& v : vs) n += 4 + v.size();
+  return n;
+}
 
 std::string hexByte(uint8_t b) {
   static const char kHex[] = "0123456789abcdef";
@@ -64,7 +78,7 @@ void putU32At(Bytes* out, size_t at, uint32_t v) {
 // Writes the header, lets body() append the body, then patches bodyLen. On any failure
 // *out is restored to its original size.
 template <typename BodyFn>
-void encodeFrame(uint8_t magic, Command c, uint8_t status, Bytes* out, BodyFn body) {
+void encodeFrame(uint8_t magic, Command c, uint8_t status, uint32_t tag, Bytes* out, BodyFn body) {
   const size_t start = out->size();
   try {
     Writer w(out);
@@ -73,6 +87,7 @@ void encodeFrame(uint8_t magic, Command c, uint8_t status, Bytes* out, BodyFn bo
     w.u8(static_cast<uint8_t>(c));
     w.u8(status);
     w.u32(0);
+    w.u32(tag);
     body(w);
     const size_t bodyLen = out->size() - start - kHeaderBytes;
     if (bodyLen > kMaxBodyBytes) {
@@ -155,20 +170,26 @@ class Reader {
     b->assign(start, start + n);
     return true;
   }
-  bool keys(std::vector<std::string>* ks, size_t minCount) {
-    uint32_t count = 0;
-    if (!u32(&count)) return fail("key count is truncated");
-    if (count > kMaxKeys) {
-      return fail("key count " + std::to_string(count) + " exceeds the limit of " +
-                  std::to_string(kMaxKeys));
+  // A count of items that take at least minItemBytes each: a count the body cannot hold
+  // is rejected before reserving anything.
+  bool count(const char* what, size_t minCount, size_t minItemBytes, uint32_t* count) {
+    if (!u32(count)) return fail(std::string(what) + " count is truncated");
+    if (*count > kMaxKeys) {
+      return fail(std::string(what) + " count " + std::to_string(*count) +
+                  " exceeds the limit of " + std::to_string(kMaxKeys));
     }
-    if (count < minCount) return fail("key count " + std::to_string(count) + " is too small");
-    // Each key takes at least its 4-byte length: a count the body cannot hold is
-    // rejected before reserving anything.
-    if (static_cast<uint64_t>(count) * 4 > left_) {
-      return fail("key count " + std::to_string(count) + " cannot fit in the " +
+    if (*count < minCount) {
+      return fail(std::string(what) + " count " + std::to_string(*count) + " is too small");
+    }
+    if (static_cast<uint64_t>(*count) * minItemBytes > left_) {
+      return fail(std::string(what) + " count " + std::to_string(*count) + " cannot fit in the " +
                   std::to_string(left_) + " body bytes left");
     }
+    return true;
+  }
+  bool keys(std::vector<std::string>* ks, size_t minCount) {
+    uint32_t count = 0;
+    if (!this->count("key", minCount, 4, &count)) return false;
     ks->clear();
     ks->reserve(count);
     for (uint32_t i = 0; i < count; ++i) {
@@ -184,6 +205,36 @@ class Reader {
     if (left_ < N) return fail(std::string("body ends inside the ") + what);
     std::memcpy(a->data(), p_, N);
     advance(N);
+    return true;
+  }
+  // MULTI_SET's pairs.
+  bool pairs(std::vector<std::string>* ks, std::vector<Bytes>* vs) {
+    uint32_t n = 0;
+    if (!count("pair", 0, 8, &n)) return false;
+    ks->clear();
+    vs->clear();
+    ks->reserve(n);
+    vs->reserve(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string k;
+      Bytes v;
+      if (!str("key", kMaxKeyBytes, &k) || !bytes("value", kMaxValueBytes, &v)) return false;
+      ks->push_back(std::move(k));
+      vs->push_back(std::move(v));
+    }
+    return true;
+  }
+  // MULTI_GET's values.
+  bool values(std::vector<Bytes>* vs) {
+    uint32_t n = 0;
+    if (!count("value", 0, 4, &n)) return false;
+    vs->clear();
+    vs->reserve(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      Bytes v;
+      if (!bytes("value", kMaxValueBytes, &v)) return false;
+      vs->push_back(std::move(v));
+    }
     return true;
   }
   bool boolean(bool* v) {
@@ -215,6 +266,7 @@ struct Header {
   Command command = Command::Ping;
   uint8_t status = 0;
   size_t bodyLen = 0;
+  uint32_t tag = 0;
 };
 
 // Validates the header bytes present so far, byte by byte, so garbage is rejected as
@@ -263,6 +315,8 @@ DecodeResult decodeHeader(const uint8_t* data, size_t size, bool request, Header
   h->command = static_cast<Command>(data[2]);
   h->status = data[3];
   h->bodyLen = bodyLen;
+  h->tag = 0;
+  for (int i = 0; i < 4; ++i) h->tag |= static_cast<uint32_t>(data[8 + i]) << (8 * i);
   DecodeResult r;
   r.status = DecodeStatus::Ok;
   r.consumed = frame;
@@ -305,6 +359,12 @@ std::string_view toString(Command c) {
       return "HELLO";
     case Command::Auth:
       return "AUTH";
+    case Command::MultiGet:
+      return "MULTI_GET";
+    case Command::MultiSet:
+      return "MULTI_SET";
+    case Command::CompareSet:
+      return "COMPARE_SET";
   }
   return "?";
 }
@@ -344,12 +404,25 @@ void encodeRequest(const Request& r, Bytes* out) {
     case Command::Erase:
       checkKey(r.key);
       break;
+    case Command::CompareSet:
+      checkKey(r.key);
+      checkValue(r.expected);
+      checkValue(r.value);
+      break;
+    case Command::MultiSet:
+      if (r.values.size() != r.keys.size()) {
+        throwError(ErrorKind::InvalidArgument, "store MULTI_SET of " +
+                                                   std::to_string(r.keys.size()) + " keys and " +
+                                                   std::to_string(r.values.size()) + " values");
+      }
+      for (const Bytes& v : r.values) checkValue(v);
+      [[fallthrough]];
     case Command::Check:
-    case Command::Wait: {
+    case Command::Wait:
+    case Command::MultiGet: {
       checkKeys(r.keys);
       // Refuse an oversized key list before building a frame of it.
-      uint64_t body = 12;
-      for (const std::string& k : r.keys) body += 4 + k.size();
+      const uint64_t body = 12 + runBytes(r.keys) + runBytes(r.values);
       if (body > kMaxBodyBytes) {
         throwError(ErrorKind::InvalidArgument,
                    "store " + std::string(toString(r.command)) + " of " +
@@ -366,7 +439,7 @@ void encodeRequest(const Request& r, Bytes* out) {
       throwError(ErrorKind::InvalidArgument,
                  "unknown store command " + std::to_string(static_cast<int>(r.command)));
   }
-  encodeFrame(kRequestMagic, r.command, 0, out, [&](Writer& w) {
+  encodeFrame(kRequestMagic, r.command, 0, r.tag, out, [&](Writer& w) {
     switch (r.command) {
       case Command::Set:
         w.str(r.key);
@@ -399,6 +472,22 @@ void encodeRequest(const Request& r, Bytes* out) {
       case Command::Auth:
         w.fixed(r.mac);
         break;
+      case Command::MultiGet:
+        w.i64(r.timeoutMs);
+        w.keys(r.keys);
+        break;
+      case Command::MultiSet:
+        w.u32(static_cast<uint32_t>(r.keys.size()));
+        for (size_t i = 0; i < r.keys.size(); ++i) {
+          w.str(r.keys[i]);
+          w.bytes(r.values[i].data(), r.values[i].size());
+        }
+        break;
+      case Command::CompareSet:
+        w.str(r.key);
+        w.bytes(r.expected.data(), r.expected.size());
+        w.bytes(r.value.data(), r.value.size());
+        break;
     }
   });
 }
@@ -410,7 +499,15 @@ void encodeResponse(const Response& r, Bytes* out) {
   }
   switch (r.status) {
     case Status::Ok:
-      if (r.command == Command::Get) checkValue(r.value);
+      if (r.command == Command::Get || r.command == Command::CompareSet) checkValue(r.value);
+      if (r.command == Command::MultiGet) {
+        if (r.values.size() > kMaxKeys) {
+          throwError(ErrorKind::InvalidArgument, "a MULTI_GET response of " +
+                                                     std::to_string(r.values.size()) +
+                                                     " values exceeds the key limit");
+        }
+        for (const Bytes& v : r.values) checkValue(v);
+      }
       break;
     case Status::Timeout:
       if (!commandWaits(r.command)) {
@@ -428,40 +525,47 @@ void encodeResponse(const Response& r, Bytes* out) {
       throwError(ErrorKind::InvalidArgument,
                  "unknown store status " + std::to_string(static_cast<int>(r.status)));
   }
-  encodeFrame(kResponseMagic, r.command, static_cast<uint8_t>(r.status), out, [&](Writer& w) {
-    if (r.status == Status::Timeout) {
-      w.keys(r.keys);
-      return;
-    }
-    if (r.status == Status::Invalid) {
-      // An over-long explanation is cut, not refused: the refusal itself must arrive.
-      const size_t n = std::min(r.message.size(), kMaxMessageBytes);
-      w.bytes(reinterpret_cast<const uint8_t*>(r.message.data()), n);
-      return;
-    }
-    switch (r.command) {
-      case Command::Get:
-        w.bytes(r.value.data(), r.value.size());
-        break;
-      case Command::Add:
-        w.i64(r.number);
-        break;
-      case Command::Check:
-      case Command::Erase:
-        w.u8(r.flag ? 1 : 0);
-        break;
-      case Command::Hello:
-        w.u8(r.hasKey ? 1 : 0);
-        w.fixed(r.nonce);
-        w.fixed(r.mac);
-        break;
-      case Command::Set:
-      case Command::Wait:
-      case Command::Ping:
-      case Command::Auth:
-        break;
-    }
-  });
+  encodeFrame(kResponseMagic, r.command, static_cast<uint8_t>(r.status), r.tag, out,
+              [&](Writer& w) {
+                if (r.status == Status::Timeout) {
+                  w.keys(r.keys);
+                  return;
+                }
+                if (r.status == Status::Invalid) {
+                  // An over-long explanation is cut, not refused: the refusal itself must arrive.
+                  const size_t n = std::min(r.message.size(), kMaxMessageBytes);
+                  w.bytes(reinterpret_cast<const uint8_t*>(r.message.data()), n);
+                  return;
+                }
+                switch (r.command) {
+                  case Command::Get:
+                  case Command::CompareSet:
+                    w.bytes(r.value.data(), r.value.size());
+                    break;
+                  case Command::MultiGet:
+                    w.u32(static_cast<uint32_t>(r.values.size()));
+                    for (const Bytes& v : r.values) w.bytes(v.data(), v.size());
+                    break;
+                  case Command::Add:
+                    w.i64(r.number);
+                    break;
+                  case Command::Check:
+                  case Command::Erase:
+                    w.u8(r.flag ? 1 : 0);
+                    break;
+                  case Command::Hello:
+                    w.u8(r.hasKey ? 1 : 0);
+                    w.fixed(r.nonce);
+                    w.fixed(r.mac);
+                    break;
+                  case Command::Set:
+                  case Command::Wait:
+                  case Command::Ping:
+                  case Command::Auth:
+                  case Command::MultiSet:
+                    break;
+                }
+              });
 }
 
 DecodeResult decodeRequest(const uint8_t* data, size_t size, Request* out) {
@@ -471,6 +575,7 @@ DecodeResult decodeRequest(const uint8_t* data, size_t size, Request* out) {
   Reader rd(data + kHeaderBytes, h.bodyLen);
   Request q;
   q.command = h.command;
+  q.tag = h.tag;
   bool ok = true;
   switch (h.command) {
     case Command::Set:
@@ -499,6 +604,17 @@ DecodeResult decodeRequest(const uint8_t* data, size_t size, Request* out) {
     case Command::Auth:
       ok = rd.fixed("mac", &q.mac);
       break;
+    case Command::MultiGet:
+      ok = rd.i64(&q.timeoutMs) && rd.keys(&q.keys, 0);
+      break;
+    case Command::MultiSet:
+      ok = rd.pairs(&q.keys, &q.values);
+      break;
+    case Command::CompareSet:
+      ok = rd.str("key", kMaxKeyBytes, &q.key) &&
+           rd.bytes("expected", kMaxValueBytes, &q.expected) &&
+           rd.bytes("desired", kMaxValueBytes, &q.value);
+      break;
   }
   DecodeResult r = finish(rd, ok, hr.consumed, "request", h.command);
   if (r.status == DecodeStatus::Ok) *out = std::move(q);
@@ -512,6 +628,7 @@ DecodeResult decodeResponse(const uint8_t* data, size_t size, Response* out) {
   Reader rd(data + kHeaderBytes, h.bodyLen);
   Response p;
   p.command = h.command;
+  p.tag = h.tag;
   p.status = static_cast<Status>(h.status);
   bool ok = true;
   if (p.status == Status::Timeout) {
@@ -521,7 +638,11 @@ DecodeResult decodeResponse(const uint8_t* data, size_t size, Response* out) {
   } else {
     switch (h.command) {
       case Command::Get:
+      case Command::CompareSet:
         ok = rd.bytes("value", kMaxValueBytes, &p.value);
+        break;
+      case Command::MultiGet:
+        ok = rd.values(&p.values);
         break;
       case Command::Add:
         ok = rd.i64(&p.number);
@@ -537,6 +658,7 @@ DecodeResult decodeResponse(const uint8_t* data, size_t size, Response* out) {
       case Command::Wait:
       case Command::Ping:
       case Command::Auth:
+      case Command::MultiSet:
         break;
     }
   }
@@ -613,6 +735,20 @@ void checkKeys(const std::vector<std::string>& keys) {
                                                " keys; the limit is " + std::to_string(kMaxKeys));
   }
   for (const std::string& k : keys) checkKey(k);
+}
+
+void checkPairs(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) {
+    throwError(ErrorKind::InvalidArgument, "store multiSet of " + std::to_string(keys.size()) +
+                                               " keys and " + std::to_string(values.size()) +
+                                               " values");
+  }
+  checkKeys(keys);
+  for (const Bytes& v : values) checkValue(v);
+}
+
+bool compareSetMatches(const Bytes* current, const Bytes& expected) {
+  return current == nullptr ? expected.empty() : *current == expected;
 }
 
 Deadline deadlineAfterMs(int64_t timeoutMs) {

@@ -5,14 +5,20 @@
 // than the input they were given: every length is checked against its cap and against
 // the bytes actually present before anything is reserved or copied.
 //
-// Every frame is an 8-byte header and `bodyLen` body bytes. Integers little-endian.
+// Every frame is a 12-byte header and `bodyLen` body bytes. Integers little-endian.
 //
 //   offset size field
 //   0      1    magic     0xC5 request, 0xC6 response
-//   1      1    version   2
-//   2      1    command   1 SET, 2 GET, 3 ADD, 4 CHECK, 5 WAIT, 6 ERASE, 7 PING, 8 HELLO, 9 AUTH
+//   1      1    version   3
+//   2      1    command   1 SET, 2 GET, 3 ADD, 4 CHECK, 5 WAIT, 6 ERASE, 7 PING, 8 HELLO, 9 AUTH,
+//                         10 MULTI_GET, 11 MULTI_SET, 12 COMPARE_SET
 //   3      1    status    request: 0 (reserved); response: 0 OK, 1 TIMEOUT, 2 INVALID
 //   4      4    bodyLen   <= kMaxBodyBytes
+//   8      4    tag       chosen by the client; the response to a request carries its tag
+//
+// The tag lets several threads share one connection: the server goes on reading while a
+// GET / WAIT / MULTI_GET is parked, so replies may come back out of order, and the client
+// matches them to their requests by tag (docs/store.md).
 //
 // Bodies (str = u32 length + bytes; keys = u32 count + count x str):
 //
@@ -24,8 +30,17 @@
 //            ERASE str key                      TIMEOUT (GET, WAIT): keys still missing
 //            PING  empty                                    HELLO: u8 has key, nonce[32], mac[32]
 //            HELLO u8 has key, nonce[32]                    AUTH: empty
-//            AUTH  mac[32]                      INVALID (any): str message
+//            AUTH  mac[32]                                  MULTI_GET: u32 count + count x str
+//            MULTI_GET i64 timeoutMs, keys                  MULTI_SET: empty
+//            MULTI_SET u32 count, count x (str key, str value)   COMPARE_SET: str value now
+//            COMPARE_SET str key, str expected, str desired
+//                                               TIMEOUT (GET, WAIT, MULTI_GET): keys missing
+//                                               INVALID (any): str message
 //
+// COMPARE_SET stores `desired` when the key holds `expected`, or when the key is absent
+// and `expected` is empty; either way it answers the value the key holds afterwards
+// (empty when absent), as torch.distributed's compare_set does.
+
 // HELLO and AUTH authenticate a connection (docs/security.md, auth/auth.hpp): the client
 // opens with HELLO and its nonce; a store with a key answers with its nonce and its MAC,
 // the client checks it and answers with AUTH and its own MAC. A store with a key serves
@@ -51,13 +66,13 @@ namespace tccl::storeproto {
 
 inline constexpr uint8_t kRequestMagic = 0xC5;
 inline constexpr uint8_t kResponseMagic = 0xC6;
-inline constexpr uint8_t kVersion = 2;  // 2: HELLO and AUTH
-inline constexpr size_t kHeaderBytes = 8;
+inline constexpr uint8_t kVersion = 3;  // 2: HELLO and AUTH; 3: tags, MULTI_*, COMPARE_SET
+inline constexpr size_t kHeaderBytes = 12;
 
 // Limits, shared by every store so that code moving between stores sees one contract.
 inline constexpr size_t kMaxKeyBytes = size_t{64} << 10;
 inline constexpr size_t kMaxValueBytes = size_t{64} << 20;
-inline constexpr size_t kMaxKeys = 65536;  // per CHECK / WAIT
+inline constexpr size_t kMaxKeys = 65536;  // per CHECK / WAIT / MULTI_GET / MULTI_SET
 inline constexpr size_t kMaxMessageBytes = size_t{64} << 10;
 // The largest body any frame may carry: a SET of the largest key and value plus their
 // length fields, with slack. A CHECK / WAIT whose keys do not fit is rejected too.
@@ -73,7 +88,11 @@ enum class Command : uint8_t {
   Ping = 7,
   Hello = 8,
   Auth = 9,
+  MultiGet = 10,
+  MultiSet = 11,
+  CompareSet = 12,
 };
+inline constexpr Command kLastCommand = Command::CompareSet;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 // The largest body of HELLO / AUTH in either direction: what an unauthenticated
@@ -85,11 +104,14 @@ std::string_view toString(Status s);
 
 struct Request {
   Command command = Command::Ping;
-  std::string key;                           // SET GET ADD ERASE
-  Bytes value;                               // SET
+  uint32_t tag = 0;
+  std::string key;                           // SET GET ADD ERASE COMPARE_SET
+  Bytes value;                               // SET; COMPARE_SET: desired
+  Bytes expected;                            // COMPARE_SET
   int64_t delta = 0;                         // ADD
-  int64_t timeoutMs = -1;                    // GET WAIT; negative: no timeout
-  std::vector<std::string> keys;             // CHECK WAIT
+  int64_t timeoutMs = -1;                    // GET WAIT MULTI_GET; negative: no timeout
+  std::vector<std::string> keys;             // CHECK WAIT MULTI_GET MULTI_SET
+  std::vector<Bytes> values;                 // MULTI_SET: one per key
   bool hasKey = false;                       // HELLO
   std::array<uint8_t, kNonceBytes> nonce{};  // HELLO
   std::array<uint8_t, kMacBytes> mac{};      // AUTH
@@ -98,8 +120,10 @@ struct Request {
 
 struct Response {
   Command command = Command::Ping;
+  uint32_t tag = 0;
   Status status = Status::Ok;
-  Bytes value;                               // OK to GET
+  Bytes value;                               // OK to GET, COMPARE_SET
+  std::vector<Bytes> values;                 // OK to MULTI_GET: one per key, in order
   int64_t number = 0;                        // OK to ADD: the new value
   bool flag = false;                         // OK to CHECK: all exist; OK to ERASE: existed
   std::vector<std::string> keys;             // TIMEOUT: the keys still missing
@@ -146,6 +170,11 @@ std::optional<int64_t> applyAdd(const std::string& key, const Bytes* current, in
 void checkKey(const std::string& key);
 void checkValue(const Bytes& value);
 void checkKeys(const std::vector<std::string>& keys);
+// multiSet's pairs: as many values as keys, each within its limit.
+void checkPairs(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+
+// compareSet over the current value (nullptr: absent): whether `desired` replaces it.
+bool compareSetMatches(const Bytes* current, const Bytes& expected);
 
 // A store timeout as a Deadline. Negative or absurdly large (> 100 years) timeouts
 // mean "never", which also keeps steady_clock arithmetic from overflowing.

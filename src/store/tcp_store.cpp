@@ -1,13 +1,21 @@
 // TcpStore, the client of a TcpStoreServer (tcp_store_server.cpp). Wire format:
 // store/store_protocol.hpp.
 //
-// One connection, one request in flight (a mutex); GET and WAIT send their timeout to
-// the server, which answers TIMEOUT naming the missing keys, and the client waits a
-// little longer than that (kServerGrace). With a job key the client checks the server's
+// One connection, shared by every thread of the process that uses this client: each
+// request carries a tag, the server answers each when it can (a parked WAIT does not
+// hold up a heartbeat's SET behind it), and the threads waiting take turns reading
+// replies and handing them out by tag. GET, WAIT and MULTI_GET send their timeout to the
+// server, which answers TIMEOUT naming the missing keys, and the client waits a little
+// longer than that (kServerGrace). With a job key the client checks the server's
 // proof too, so a rank never talks to another job's store (docs/security.md).
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "auth/auth.hpp"
 #include "base/log.hpp"
@@ -43,13 +51,17 @@ struct TcpStore::Impl {
   uint16_t port = 0;
   std::string address;  // "host:port", named in every error
   std::string localIp;
-  std::mutex mu;  // one request in flight per connection
   net::Fd fd;
+  std::mutex sendMu;  // one frame on the socket at a time
+  std::mutex mu;      // guards everything below
+  std::condition_variable cv;
   std::string broken;  // why the connection is unusable; "" while it is fine
+  uint32_t nextTag = 1;
+  bool reading = false;                            // a thread is reading replies for everyone
+  std::unordered_set<uint32_t> pending;            // tags sent, reply not yet taken
+  std::unordered_map<uint32_t, Response> arrived;  // replies read, not yet taken
 
-  [[noreturn]] void fail(ErrorKind kind, const std::string& message) {
-    fd.reset();
-    broken = message;
+  [[noreturn]] void throwFor(ErrorKind kind, const std::string& message) const {
     ErrorInfo info;
     info.kind = kind;
     info.message = message;
@@ -57,75 +69,152 @@ struct TcpStore::Impl {
     throwError(std::move(info));
   }
 
-  [[noreturn]] void ioFailure(const char* doing, Command c, net::IoStatus st, int err,
-                              Deadline::Clock::time_point start) {
+  // Caller holds mu. The first failure names the connection's state from then on; the
+  // shutdown wakes any thread polling the socket.
+  void markBroken(const std::string& message) {
+    if (broken.empty()) {
+      broken = message;
+      if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+    }
+    cv.notify_all();
+  }
+
+  [[noreturn]] void fail(std::unique_lock<std::mutex>& lk, ErrorKind kind,
+                         const std::string& message) {
+    markBroken(message);
+    lk.unlock();
+    throwFor(kind, message);
+  }
+
+  static std::pair<ErrorKind, std::string> ioFailure(const char* doing, Command c, net::IoStatus st,
+                                                     int err, Deadline::Clock::time_point start) {
     const std::string what = std::string(doing) + " " + std::string(storeproto::toString(c));
     switch (st) {
       case net::IoStatus::Timeout:
-        fail(ErrorKind::Timeout, "the store did not respond while " + what + " (gave up after " +
-                                     std::to_string(elapsedSince(start).count()) + " ms)");
+        return {ErrorKind::Timeout, "the store did not respond while " + what + " (gave up after " +
+                                        std::to_string(elapsedSince(start).count()) + " ms)"};
       case net::IoStatus::Closed:
-        fail(ErrorKind::Store, "the store closed the connection while " + what);
+        return {ErrorKind::Store, "the store closed the connection while " + what};
       default:
-        fail(ErrorKind::Store, "socket error while " + what + ": " + net::errnoString(err));
+        return {ErrorKind::Store, "socket error while " + what + ": " + net::errnoString(err)};
     }
   }
 
-  // One request, one response. Caller holds mu. An INVALID reply throws, unless
-  // invalidThrows is false (the handshake reports it as a refusal).
-  Response roundTrip(const Request& req, Deadline deadline, bool invalidThrows = true) {
-    if (!broken.empty()) {
-      ErrorInfo info;
-      info.kind = ErrorKind::Store;
-      info.message = "connection unusable after an earlier failure: " + broken;
-      info.peerAddress = address;
-      throwError(std::move(info));
-    }
-    Bytes frame;
-    storeproto::encodeRequest(req, &frame);  // limits are checked before any byte is sent
-    const auto start = Deadline::Clock::now();
-    int err = 0;
-    net::IoStatus st = net::sendAll(fd.get(), frame.data(), frame.size(), deadline, nullptr, &err);
-    if (st != net::IoStatus::Ok) ioFailure("sending", req.command, st, err, start);
-
+  // Reads one reply frame (the caller is the one reader). Returns "" or why it failed.
+  std::pair<ErrorKind, std::string> readReply(Command c, Deadline deadline,
+                                              Deadline::Clock::time_point start, Response* out) {
     Bytes buf(storeproto::kHeaderBytes);
-    st = net::recvAll(fd.get(), buf.data(), buf.size(), deadline, nullptr, &err);
-    if (st != net::IoStatus::Ok) ioFailure("awaiting the reply to", req.command, st, err, start);
-    Response resp;
-    storeproto::DecodeResult r = storeproto::decodeResponse(buf.data(), buf.size(), &resp);
+    int err = 0;
+    net::IoStatus st = net::recvAll(fd.get(), buf.data(), buf.size(), deadline, nullptr, &err);
+    if (st != net::IoStatus::Ok) return ioFailure("awaiting the reply to", c, st, err, start);
+    storeproto::DecodeResult r = storeproto::decodeResponse(buf.data(), buf.size(), out);
     if (r.status == DecodeStatus::NeedMore) {
       buf.resize(r.frameBytes);
       st = net::recvAll(fd.get(), buf.data() + storeproto::kHeaderBytes,
                         buf.size() - storeproto::kHeaderBytes, deadline, nullptr, &err);
-      if (st != net::IoStatus::Ok) ioFailure("reading the reply to", req.command, st, err, start);
-      r = storeproto::decodeResponse(buf.data(), buf.size(), &resp);
+      if (st != net::IoStatus::Ok) return ioFailure("reading the reply to", c, st, err, start);
+      r = storeproto::decodeResponse(buf.data(), buf.size(), out);
     }
     if (r.status != DecodeStatus::Ok) {
-      fail(ErrorKind::Store, "bad reply to " + std::string(storeproto::toString(req.command)) +
-                                 ": " + (r.error.empty() ? "incomplete frame" : r.error));
+      return {ErrorKind::Store, "bad reply to " + std::string(storeproto::toString(c)) + ": " +
+                                    (r.error.empty() ? "incomplete frame" : r.error)};
     }
+    return {ErrorKind::Store, ""};
+  }
+
+  // Waits for the reply tagged `tag`. Threads sharing the connection take turns reading:
+  // whoever finds nobody reading reads frames and files them by tag until its own
+  // arrives, then hands over (docs/store.md, "One connection per rank").
+  Response awaitReply(uint32_t tag, Command c, Deadline deadline,
+                      Deadline::Clock::time_point start) {
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      if (auto it = arrived.find(tag); it != arrived.end()) {
+        Response resp = std::move(it->second);
+        arrived.erase(it);
+        pending.erase(tag);
+        return resp;
+      }
+      if (!broken.empty()) {
+        pending.erase(tag);
+        lk.unlock();
+        throwFor(ErrorKind::Store, "connection unusable after an earlier failure: " + broken);
+      }
+      if (!reading) {
+        reading = true;
+        lk.unlock();
+        Response got;
+        auto [kind, why] = readReply(c, deadline, start, &got);
+        lk.lock();
+        reading = false;
+        cv.notify_all();
+        if (why.empty() && pending.count(got.tag) == 0) {
+          why = "reply tagged " + std::to_string(got.tag) + " answers no request";
+        }
+        if (!why.empty()) {
+          pending.erase(tag);
+          fail(lk, kind, why);
+        }
+        arrived.emplace(got.tag, std::move(got));
+        continue;
+      }
+      if (deadline.isNever()) {
+        cv.wait(lk);
+      } else if (cv.wait_until(lk, deadline.at()) == std::cv_status::timeout &&
+                 arrived.count(tag) == 0) {
+        pending.erase(tag);
+        fail(lk, ErrorKind::Timeout,
+             ioFailure("awaiting the reply to", c, net::IoStatus::Timeout, 0, start).second);
+      }
+    }
+  }
+
+  // One request, one response; any thread. An INVALID reply throws, unless
+  // invalidThrows is false (the handshake reports it as a refusal).
+  Response roundTrip(Request req, Deadline deadline, bool invalidThrows = true) {
+    Bytes frame;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      if (!broken.empty()) {
+        lk.unlock();
+        throwFor(ErrorKind::Store, "connection unusable after an earlier failure: " + broken);
+      }
+      req.tag = nextTag++;
+      storeproto::encodeRequest(req, &frame);  // limits are checked before any byte is sent
+      pending.insert(req.tag);
+    }
+    const auto start = Deadline::Clock::now();
+    int err = 0;
+    net::IoStatus st;
+    {
+      std::lock_guard<std::mutex> send(sendMu);
+      st = net::sendAll(fd.get(), frame.data(), frame.size(), deadline, nullptr, &err);
+    }
+    if (st != net::IoStatus::Ok) {
+      std::unique_lock<std::mutex> lk(mu);
+      pending.erase(req.tag);
+      auto [kind, why] = ioFailure("sending", req.command, st, err, start);
+      fail(lk, kind, why);
+    }
+    Response resp = awaitReply(req.tag, req.command, deadline, start);
     if (resp.command != req.command) {
-      fail(ErrorKind::Store, "reply to " + std::string(storeproto::toString(req.command)) +
-                                 " is for " + std::string(storeproto::toString(resp.command)));
+      std::unique_lock<std::mutex> lk(mu);
+      fail(lk, ErrorKind::Store,
+           "reply to " + std::string(storeproto::toString(req.command)) + " is for " +
+               std::string(storeproto::toString(resp.command)));
     }
     if (resp.status == Status::Invalid && invalidThrows) {
-      ErrorInfo info;
-      info.kind = ErrorKind::InvalidArgument;
-      info.message = resp.message;
-      info.peerAddress = address;
-      throwError(std::move(info));
+      throwFor(ErrorKind::InvalidArgument, resp.message);
     }
     return resp;
   }
 
   [[noreturn]] void handshakeFailure(const std::string& message) {
-    fd.reset();
-    broken = message;
-    ErrorInfo info;
-    info.kind = ErrorKind::Handshake;
-    info.message = "store handshake: " + message;
-    info.peerAddress = address;
-    throwError(std::move(info));
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      markBroken(message);
+    }
+    throwFor(ErrorKind::Handshake, "store handshake: " + message);
   }
 
   // HELLO (and with a key AUTH), the first requests on the connection: proves the
@@ -168,23 +257,19 @@ struct TcpStore::Impl {
 
   // A non-waiting request: bounded by the store's timeout.
   Response simple(Request req, std::chrono::milliseconds timeout) {
-    std::lock_guard<std::mutex> lock(mu);
-    return roundTrip(req, storeproto::deadlineAfter(timeout));
+    return roundTrip(std::move(req), storeproto::deadlineAfter(timeout));
   }
 
-  // GET / WAIT: the server waits up to timeout; the client a little longer.
+  // GET / WAIT / MULTI_GET: the server waits up to timeout; the client a little longer.
   Response waiting(Request req, std::chrono::milliseconds timeout, std::string_view op) {
     const auto start = Deadline::Clock::now();
     req.timeoutMs = timeout.count() < 0 ? -1 : timeout.count();
     const bool never =
         timeout.count() < 0 ||
         timeout.count() > std::chrono::milliseconds::max().count() - kServerGrace.count();
-    Response resp;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      resp = roundTrip(
-          req, never ? Deadline::never() : storeproto::deadlineAfter(timeout + kServerGrace));
-    }
+    Response resp =
+        roundTrip(std::move(req),
+                  never ? Deadline::never() : storeproto::deadlineAfter(timeout + kServerGrace));
     if (resp.status == Status::Timeout) {
       storeproto::throwStoreTimeout(op, resp.keys, timeout, elapsedSince(start), address);
     }
@@ -200,9 +285,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, std::chrono::millisec
   const Deadline deadline = storeproto::deadlineAfter(connectTimeout);
   impl_->fd = net::connectWithRetry(host, port, deadline);
   impl_->localIp = net::localAddress(impl_->fd.get()).ip();
-  const auth::KeyPtr key = auth::keyFromEnv();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->handshake(key, deadline);
+  impl_->handshake(auth::keyFromEnv(), deadline);
 }
 
 TcpStore::~TcpStore() = default;
@@ -253,6 +336,38 @@ bool TcpStore::erase(const std::string& key) {
   req.command = Command::Erase;
   req.key = key;
   return impl_->simple(std::move(req), timeout()).flag;
+}
+
+std::vector<Bytes> TcpStore::multiGet(const std::vector<std::string>& keys,
+                                      std::chrono::milliseconds timeout) {
+  Request req;
+  req.command = Command::MultiGet;
+  req.keys = keys;
+  Response resp = impl_->waiting(std::move(req), timeout, "multiGet");
+  if (resp.values.size() != keys.size()) {
+    impl_->throwFor(ErrorKind::Store, "the store answered MULTI_GET of " +
+                                          std::to_string(keys.size()) + " keys with " +
+                                          std::to_string(resp.values.size()) + " values");
+  }
+  return std::move(resp.values);
+}
+
+void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  storeproto::checkPairs(keys, values);
+  Request req;
+  req.command = Command::MultiSet;
+  req.keys = keys;
+  req.values = values;
+  impl_->simple(std::move(req), timeout());
+}
+
+Bytes TcpStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  Request req;
+  req.command = Command::CompareSet;
+  req.key = key;
+  req.expected = expected;
+  req.value = desired;
+  return std::move(impl_->simple(std::move(req), timeout()).value);
 }
 
 }  // namespace tccl

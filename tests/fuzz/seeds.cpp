@@ -164,6 +164,23 @@ void requestSeeds(const fs::path& root) {
   q.command = Command::Auth;
   for (size_t i = 0; i < q.mac.size(); ++i) q.mac[i] = static_cast<uint8_t>(0xA0 ^ i);
   add("auth", q);
+  q = Request{};
+  q.command = Command::MultiGet;
+  q.keys = {"tccl/default/host/0", "tccl/default/host/1"};
+  q.timeoutMs = 30000;
+  q.tag = 7;
+  add("multi-get", q);
+  q = Request{};
+  q.command = Command::MultiSet;
+  q.keys = {"a", "b"};
+  q.values = {toBytes("1"), toBytes("")};
+  add("multi-set", q);
+  q = Request{};
+  q.command = Command::CompareSet;
+  q.key = "leader";
+  q.expected = toBytes("");
+  q.value = toBytes("rank 3");
+  add("compare-set", q);
 }
 
 void responseSeeds(const fs::path& root) {
@@ -217,6 +234,23 @@ void responseSeeds(const fs::path& root) {
   p.status = Status::Invalid;
   p.message = "authentication failed: the two sides' keys differ";
   add("auth-invalid", p);
+  p = Response{};
+  p.command = Command::MultiGet;
+  p.values = {toBytes("127.0.0.1"), toBytes("")};
+  p.tag = 9;
+  add("multi-get-ok", p);
+  p = Response{};
+  p.command = Command::MultiGet;
+  p.status = Status::Timeout;
+  p.keys = {"tccl/default/host/5"};
+  add("multi-get-timeout", p);
+  p = Response{};
+  p.command = Command::MultiSet;
+  add("multi-set-ok", p);
+  p = Response{};
+  p.command = Command::CompareSet;
+  p.value = toBytes("rank 3");
+  add("compare-set-ok", p);
 }
 
 void failureSeeds(const fs::path& root) {

@@ -3,7 +3,7 @@
 // The input is a byte stream as a TcpStore connection delivers it: frames are decoded one
 // after another, as the server and client do, until the bytes run out or are refused.
 // For each decode the contract in store_protocol.hpp must hold:
-//   Ok       consumed is the header's 8 + bodyLen and fits in the input; the message
+//   Ok       consumed is the header's 12 bytes + bodyLen and fits in the input; the message
 //            re-encodes to exactly those bytes and decodes back to itself; every shorter
 //            prefix of the frame is NeedMore.
 //   NeedMore frameBytes is 0 before the header is in, else the whole frame's size, which
@@ -80,7 +80,7 @@ void walkFrames(const uint8_t* data, size_t size, const Msg& sentinel, Decode de
         FUZZ_CHECK(r.frameBytes == 0, "the frame size is unknown before the header is in");
       } else {
         FUZZ_CHECK(r.frameBytes == storeproto::kHeaderBytes + loadU32(p + 4),
-                   "the frame size is 8 + bodyLen");
+                   "the frame size is the header + bodyLen");
         FUZZ_CHECK(r.frameBytes > n, "NeedMore only while the frame is incomplete");
         FUZZ_CHECK(r.frameBytes <= storeproto::kHeaderBytes + storeproto::kMaxBodyBytes,
                    "a frame the decoder waits for is within the limit");
@@ -92,7 +92,7 @@ void walkFrames(const uint8_t* data, size_t size, const Msg& sentinel, Decode de
     FUZZ_CHECK(r.consumed >= storeproto::kHeaderBytes && r.consumed <= n,
                "an Ok frame lies within the input");
     FUZZ_CHECK(r.consumed == storeproto::kHeaderBytes + loadU32(p + 4),
-               "an Ok frame is 8 + bodyLen bytes");
+               "an Ok frame is the header + bodyLen bytes");
     FUZZ_CHECK(!(msg == sentinel), "Ok writes *out");
     onFrame(msg, r.consumed);
 

@@ -58,15 +58,22 @@ void checkValueRules(const Request& q, Bytes* lastSet) {
 void checkFields(const Request& q, size_t frameBytes) {
   const Request none;
   const Command c = q.command;
-  const bool hasKey =
-      c == Command::Set || c == Command::Get || c == Command::Add || c == Command::Erase;
-  const bool hasKeys = c == Command::Check || c == Command::Wait;
-  const bool hasTimeout = c == Command::Get || c == Command::Wait;
+  const bool hasKey = c == Command::Set || c == Command::Get || c == Command::Add ||
+                      c == Command::Erase || c == Command::CompareSet;
+  const bool hasKeys =
+      c == Command::Check || c == Command::Wait || c == Command::MultiGet || c == Command::MultiSet;
+  const bool hasTimeout = c == Command::Get || c == Command::Wait || c == Command::MultiGet;
   FUZZ_CHECK(hasKey || q.key == none.key, "a key only where the command has one");
-  FUZZ_CHECK(c == Command::Set || q.value == none.value, "a value only in SET");
+  FUZZ_CHECK(c == Command::Set || c == Command::CompareSet || q.value == none.value,
+             "a value only in SET and COMPARE_SET");
+  FUZZ_CHECK(c == Command::CompareSet || q.expected == none.expected,
+             "an expected value only in COMPARE_SET");
+  FUZZ_CHECK(c == Command::MultiSet ? q.values.size() == q.keys.size() : q.values.empty(),
+             "values only in MULTI_SET, one per key");
   FUZZ_CHECK(c == Command::Add || q.delta == none.delta, "a delta only in ADD");
-  FUZZ_CHECK(hasTimeout || q.timeoutMs == none.timeoutMs, "a timeout only in GET and WAIT");
-  FUZZ_CHECK(hasKeys || q.keys.empty(), "a key list only in CHECK and WAIT");
+  FUZZ_CHECK(hasTimeout || q.timeoutMs == none.timeoutMs,
+             "a timeout only in GET, WAIT and MULTI_GET");
+  FUZZ_CHECK(hasKeys || q.keys.empty(), "a key list only in CHECK, WAIT and MULTI_*");
   FUZZ_CHECK(c == Command::Hello || (q.hasKey == none.hasKey && q.nonce == none.nonce),
              "a key flag and a nonce only in HELLO");
   FUZZ_CHECK(c == Command::Auth || q.mac == none.mac, "a MAC only in AUTH");
@@ -77,9 +84,16 @@ void checkFields(const Request& q, size_t frameBytes) {
 
   FUZZ_CHECK(q.key.size() <= kMaxKeyBytes, "a key within kMaxKeyBytes");
   FUZZ_CHECK(q.value.size() <= kMaxValueBytes, "a value within kMaxValueBytes");
+  FUZZ_CHECK(q.expected.size() <= kMaxValueBytes, "an expected value within kMaxValueBytes");
   const size_t listed = fuzz::checkKeyList(q.keys);
+  size_t valueBytes = 0;
+  for (const tccl::Bytes& v : q.values) {
+    FUZZ_CHECK(v.size() <= kMaxValueBytes, "a MULTI_SET value within kMaxValueBytes");
+    valueBytes += 4 + v.size();
+  }
   // Nothing decoded is larger than the bytes it came from.
-  FUZZ_CHECK(q.key.size() + q.value.size() + listed <= frameBytes, "no amplification");
+  FUZZ_CHECK(q.key.size() + q.value.size() + q.expected.size() + listed + valueBytes <= frameBytes,
+             "no amplification");
   // A deadline from any timeout a client sends is computable (no clock overflow).
   if (hasTimeout) (void)deadlineAfterMs(q.timeoutMs);
 }

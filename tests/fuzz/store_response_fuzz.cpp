@@ -21,7 +21,8 @@ void checkFields(const Response& p, size_t frameBytes) {
   FUZZ_CHECK(p.status == Status::Ok || p.status == Status::Timeout || p.status == Status::Invalid,
              "a known status");
   if (p.status == Status::Timeout) {
-    FUZZ_CHECK(c == Command::Get || c == Command::Wait, "TIMEOUT only answers GET and WAIT");
+    FUZZ_CHECK(c == Command::Get || c == Command::Wait || c == Command::MultiGet,
+               "TIMEOUT only answers GET, WAIT and MULTI_GET");
     FUZZ_CHECK(!p.keys.empty(), "a TIMEOUT names a missing key");
     const std::string shown = describeKeys(p.keys);
     for (char ch : shown) {
@@ -32,7 +33,15 @@ void checkFields(const Response& p, size_t frameBytes) {
   }
   FUZZ_CHECK(p.status == Status::Invalid || p.message.empty(), "a message only in INVALID");
   FUZZ_CHECK(p.message.size() <= kMaxMessageBytes, "a message within kMaxMessageBytes");
-  FUZZ_CHECK((ok && c == Command::Get) || p.value == none.value, "a value only in OK to GET");
+  FUZZ_CHECK((ok && (c == Command::Get || c == Command::CompareSet)) || p.value == none.value,
+             "a value only in OK to GET and COMPARE_SET");
+  FUZZ_CHECK((ok && c == Command::MultiGet) || p.values.empty(),
+             "a value list only in OK to MULTI_GET");
+  size_t valueBytes = 0;
+  for (const tccl::Bytes& v : p.values) {
+    FUZZ_CHECK(v.size() <= kMaxValueBytes, "a MULTI_GET value within kMaxValueBytes");
+    valueBytes += 4 + v.size();
+  }
   FUZZ_CHECK((ok && c == Command::Add) || p.number == none.number, "a number only in OK to ADD");
   FUZZ_CHECK((ok && (c == Command::Check || c == Command::Erase)) || p.flag == none.flag,
              "a flag only in OK to CHECK and ERASE");
@@ -44,7 +53,8 @@ void checkFields(const Response& p, size_t frameBytes) {
   }
   FUZZ_CHECK(p.value.size() <= kMaxValueBytes, "a value within kMaxValueBytes");
   const size_t listed = fuzz::checkKeyList(p.keys);
-  FUZZ_CHECK(p.value.size() + p.message.size() + listed <= frameBytes, "no amplification");
+  FUZZ_CHECK(p.value.size() + p.message.size() + listed + valueBytes <= frameBytes,
+             "no amplification");
 }
 
 }  // namespace

@@ -432,14 +432,14 @@ TEST(AuthStoreProtocol, HelloAndAuthExactBytesAndRoundTrips) {
   for (size_t i = 0; i < 32; ++i) hello.nonce[i] = static_cast<uint8_t>(i);
   Bytes b;
   storeproto::encodeRequest(hello, &b);
-  ASSERT_EQ(b.size(), 8u + 1 + 32);
+  ASSERT_EQ(b.size(), 12u + 1 + 32);
   EXPECT_EQ(b[0], storeproto::kRequestMagic);
-  EXPECT_EQ(b[1], 2);  // protocol version 2
+  EXPECT_EQ(b[1], 3);  // protocol version 3
   EXPECT_EQ(b[2], 8);  // HELLO
   EXPECT_EQ(b[4], 33);
-  EXPECT_EQ(b[8], 1);
-  EXPECT_EQ(b[9], 0);
-  EXPECT_EQ(b[40], 31);
+  EXPECT_EQ(b[12], 1);
+  EXPECT_EQ(b[13], 0);
+  EXPECT_EQ(b[44], 31);
   storeproto::Request back;
   storeproto::DecodeResult d = storeproto::decodeRequest(b.data(), b.size(), &back);
   ASSERT_EQ(d.status, storeproto::DecodeStatus::Ok) << d.error;
@@ -450,7 +450,7 @@ TEST(AuthStoreProtocol, HelloAndAuthExactBytesAndRoundTrips) {
   proof.mac.fill(0xAB);
   b.clear();
   storeproto::encodeRequest(proof, &b);
-  ASSERT_EQ(b.size(), 8u + 32);
+  ASSERT_EQ(b.size(), 12u + 32);
   EXPECT_EQ(b[2], 9);  // AUTH
   d = storeproto::decodeRequest(b.data(), b.size(), &back);
   ASSERT_EQ(d.status, storeproto::DecodeStatus::Ok) << d.error;
@@ -463,7 +463,7 @@ TEST(AuthStoreProtocol, HelloAndAuthExactBytesAndRoundTrips) {
   challenge.mac.fill(0x22);
   b.clear();
   storeproto::encodeResponse(challenge, &b);
-  ASSERT_EQ(b.size(), 8u + 1 + 32 + 32);
+  ASSERT_EQ(b.size(), 12u + 1 + 32 + 32);
   EXPECT_EQ(b[0], storeproto::kResponseMagic);
   storeproto::Response rback;
   d = storeproto::decodeResponse(b.data(), b.size(), &rback);
@@ -496,7 +496,7 @@ TEST(AuthStoreProtocol, TruncatedOrMalformedHelloAndAuthAreRejected) {
   }
   // has-key is a boolean.
   Bytes bad = b;
-  bad[8] = 2;
+  bad[storeproto::kHeaderBytes] = 2;
   EXPECT_EQ(storeproto::decodeRequest(bad.data(), bad.size(), &out).status,
             storeproto::DecodeStatus::Error);
   // A body one byte short or long (declared length changed to match).
@@ -834,7 +834,7 @@ TEST(AuthStore, UnauthenticatedRawRequestsAreRefusedAndClosed) {
     hello.hasKey = true;
     hello.nonce = auth::randomNonce();
     sendRequest(fd, hello);
-    Bytes buf(8 + 65);
+    Bytes buf(storeproto::kHeaderBytes + 65);
     ASSERT_EQ(net::recvAll(fd.get(), buf.data(), buf.size(), Deadline::after(5s)),
               net::IoStatus::Ok);
     storeproto::Response challenge;
@@ -854,7 +854,8 @@ TEST(AuthStore, UnauthenticatedRawRequestsAreRefusedAndClosed) {
   {
     net::Fd fd = dial();
     // A HELLO header declaring 64 MiB: closed from the header alone.
-    const uint8_t hdr[] = {storeproto::kRequestMagic, storeproto::kVersion, 8, 0, 0, 0, 0, 4};
+    const uint8_t hdr[] = {
+        storeproto::kRequestMagic, storeproto::kVersion, 8, 0, 0, 0, 0, 4, 0, 0, 0, 0};
     ASSERT_EQ(net::sendAll(fd.get(), hdr, sizeof hdr, Deadline::after(5s)), net::IoStatus::Ok);
     uint8_t b = 0;
     EXPECT_NE(net::recvAll(fd.get(), &b, 1, Deadline::after(10s)), net::IoStatus::Ok);

@@ -57,6 +57,30 @@ std::vector<Request> sampleRequests() {
   out.push_back(r);
   r = Request();
   r.command = Command::Ping;
+  r.tag = 0xFFFFFFFF;
+  out.push_back(r);
+  r = Request();
+  r.command = Command::MultiGet;
+  r.keys = {"host/0", "", "host/2"};
+  r.timeoutMs = 7;
+  r.tag = 3;
+  out.push_back(r);
+  r = Request();
+  r.command = Command::MultiGet;  // no keys
+  out.push_back(r);
+  r = Request();
+  r.command = Command::MultiSet;
+  r.keys = {"a", "b"};
+  r.values = {binaryValue(), Bytes()};
+  out.push_back(r);
+  r = Request();
+  r.command = Command::MultiSet;  // no pairs
+  out.push_back(r);
+  r = Request();
+  r.command = Command::CompareSet;
+  r.key = "leader";
+  r.expected = Bytes();
+  r.value = binaryValue();
   out.push_back(r);
   return out;
 }
@@ -102,6 +126,23 @@ std::vector<Response> sampleResponses() {
   out.push_back(r);
   r = Response();
   r.command = Command::Ping;
+  r.tag = 77;
+  out.push_back(r);
+  r = Response();
+  r.command = Command::MultiGet;
+  r.values = {binaryValue(), Bytes(), Bytes{'x'}};
+  out.push_back(r);
+  r = Response();
+  r.command = Command::MultiGet;
+  r.status = Status::Timeout;
+  r.keys = {"host/5"};
+  out.push_back(r);
+  r = Response();
+  r.command = Command::MultiSet;
+  out.push_back(r);
+  r = Response();
+  r.command = Command::CompareSet;
+  r.value = binaryValue();
   out.push_back(r);
   return out;
 }
@@ -151,10 +192,11 @@ TEST(StoreProtocol, HeaderLayoutIsLittleEndian) {
   r.command = Command::Add;
   r.key = "k";
   r.delta = 0x0102030405060708;
+  r.tag = 0x0A0B0C0D;
   Bytes b = encode(r);
-  // header, then u32 keyLen=1, 'k', i64 delta
-  const Bytes expected = {0xC5, 2,   3,    0,    13,   0,    0,    0,    1,    0,   0,
-                          0,    'k', 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+  // header (bodyLen 13, tag), then u32 keyLen=1, 'k', i64 delta
+  const Bytes expected = {0xC5, 3, 3, 0,   13,   0,    0,    0,    0x0D, 0x0C, 0x0B, 0x0A, 1,
+                          0,    0, 0, 'k', 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   EXPECT_EQ(b, expected);
 }
 
@@ -208,7 +250,7 @@ TEST(StoreProtocol, BadHeaderRejectedAtFirstBadByte) {
   EXPECT_EQ(d.status, DecodeStatus::Error);
   EXPECT_NE(d.error.find("version"), std::string::npos) << d.error;
 
-  for (uint8_t cmd : {uint8_t{0}, uint8_t{10}, uint8_t{255}}) {
+  for (uint8_t cmd : {uint8_t{0}, uint8_t{13}, uint8_t{255}}) {
     const uint8_t badCommand[] = {kRequestMagic, kVersion, cmd};
     EXPECT_EQ(decodeRequest(badCommand, sizeof badCommand, &out).status, DecodeStatus::Error);
   }
@@ -231,7 +273,7 @@ TEST(StoreProtocol, BadHeaderRejectedAtFirstBadByte) {
 
 TEST(StoreProtocol, HugeBodyLengthRejectedFromHeaderAlone) {
   for (uint32_t len : {uint32_t{0xFFFFFFFF}, static_cast<uint32_t>(kMaxBodyBytes + 1)}) {
-    Bytes b = {kRequestMagic, kVersion, 1, 0, 0, 0, 0, 0};
+    Bytes b = {kRequestMagic, kVersion, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     putU32(&b, 4, len);
     Request out;
     DecodeResult d = decodeRequest(b.data(), b.size(), &out);
@@ -255,9 +297,9 @@ TEST(StoreProtocol, InnerLengthsAreCheckedAgainstCapsAndBody) {
   }
   {
     // A key length above the cap is refused even when the body claims to be that big.
-    Bytes b = {kRequestMagic, kVersion, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    Bytes b = {kRequestMagic, kVersion, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     putU32(&b, 4, 4 + kMaxKeyBytes + 1);
-    putU32(&b, 8, static_cast<uint32_t>(kMaxKeyBytes + 1));
+    putU32(&b, kHeaderBytes, static_cast<uint32_t>(kMaxKeyBytes + 1));
     b.resize(kHeaderBytes + 4 + kMaxKeyBytes + 1, 'k');
     DecodeResult d = decodeRequest(b.data(), b.size(), &out);
     EXPECT_EQ(d.status, DecodeStatus::Error);
@@ -288,18 +330,79 @@ TEST(StoreProtocol, InnerLengthsAreCheckedAgainstCapsAndBody) {
   }
   {
     // PING must have an empty body; CHECK response flag must be 0 or 1.
-    Bytes b = {kRequestMagic, kVersion, 7, 0, 1, 0, 0, 0, 0};
+    Bytes b = {kRequestMagic, kVersion, 7, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     EXPECT_EQ(decodeRequest(b.data(), b.size(), &out).status, DecodeStatus::Error);
-    Bytes c = {kResponseMagic, kVersion, 4, 0, 1, 0, 0, 0, 2};
+    Bytes c = {kResponseMagic, kVersion, 4, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2};
     Response rout;
     EXPECT_EQ(decodeResponse(c.data(), c.size(), &rout).status, DecodeStatus::Error);
   }
   {
     // A TIMEOUT must name at least one key.
-    Bytes b = {kResponseMagic, kVersion, 5, 1, 4, 0, 0, 0, 0, 0, 0, 0};
+    Bytes b = {kResponseMagic, kVersion, 5, 1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     Response rout;
     EXPECT_EQ(decodeResponse(b.data(), b.size(), &rout).status, DecodeStatus::Error);
   }
+}
+
+TEST(StoreProtocol, MultiCommandsCheckTheirCounts) {
+  Request out;
+  {
+    // MULTI_SET claiming more pairs than the body can hold (each takes 8 bytes at least).
+    Request r;
+    r.command = Command::MultiSet;
+    r.keys = {"a"};
+    r.values = {Bytes{'v'}};
+    Bytes b = encode(r);
+    putU32(&b, kHeaderBytes, 2);
+    DecodeResult d = decodeRequest(b.data(), b.size(), &out);
+    EXPECT_EQ(d.status, DecodeStatus::Error);
+    putU32(&b, kHeaderBytes, static_cast<uint32_t>(kMaxKeys + 1));
+    d = decodeRequest(b.data(), b.size(), &out);
+    EXPECT_EQ(d.status, DecodeStatus::Error);
+    EXPECT_NE(d.error.find("limit"), std::string::npos) << d.error;
+  }
+  {
+    // A MULTI_GET reply claiming more values than it carries.
+    Response r;
+    r.command = Command::MultiGet;
+    r.values = {Bytes{'v'}};
+    Bytes b = encode(r);
+    putU32(&b, kHeaderBytes, 3);
+    Response rout;
+    EXPECT_EQ(decodeResponse(b.data(), b.size(), &rout).status, DecodeStatus::Error);
+  }
+  {
+    // TIMEOUT answers the waiting commands only: MULTI_GET yes, MULTI_SET and COMPARE_SET no.
+    const uint8_t ok[] = {kResponseMagic, kVersion, 10, 1};
+    const uint8_t bad1[] = {kResponseMagic, kVersion, 11, 1};
+    const uint8_t bad2[] = {kResponseMagic, kVersion, 12, 1};
+    Response rout;
+    EXPECT_EQ(decodeResponse(ok, sizeof ok, &rout).status, DecodeStatus::NeedMore);
+    EXPECT_EQ(decodeResponse(bad1, sizeof bad1, &rout).status, DecodeStatus::Error);
+    EXPECT_EQ(decodeResponse(bad2, sizeof bad2, &rout).status, DecodeStatus::Error);
+  }
+  {
+    // MULTI_SET with unequal key and value lists is refused before a byte is written.
+    Request r;
+    r.command = Command::MultiSet;
+    r.keys = {"a", "b"};
+    r.values = {Bytes()};
+    Bytes b = {9};
+    EXPECT_THROW(encodeRequest(r, &b), InvalidArgumentError);
+    EXPECT_EQ(b, Bytes{9});
+  }
+}
+
+TEST(StoreProtocol, CompareSetRule) {
+  const Bytes a{'a'};
+  const Bytes b{'b'};
+  EXPECT_TRUE(compareSetMatches(nullptr, Bytes()));  // absent matches empty
+  EXPECT_FALSE(compareSetMatches(nullptr, a));
+  EXPECT_TRUE(compareSetMatches(&a, a));
+  EXPECT_FALSE(compareSetMatches(&a, b));
+  EXPECT_FALSE(compareSetMatches(&a, Bytes()));
+  const Bytes empty;
+  EXPECT_TRUE(compareSetMatches(&empty, Bytes()));  // present and empty matches empty too
 }
 
 TEST(StoreProtocol, EncoderEnforcesLimits) {

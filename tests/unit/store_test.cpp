@@ -25,6 +25,7 @@
 
 #include "net/socket.hpp"
 #include "store/store_protocol.hpp"
+#include "store_testing.hpp"
 #include "tccl/error.hpp"
 
 // The largest single allocation made through operator new while gTrackAllocations is
@@ -55,87 +56,8 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace tccl {
 namespace {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using namespace storetest;
 
-constexpr auto kShortTimeout = 150ms;
-constexpr auto kLongTimeout = 10s;
-
-Bytes bytesOf(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
-int64_t msSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tccl_store_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// ---- one factory per implementation ------------------------------------------------
-// make(): the store under test. another(): a second handle onto the same data, as a
-// different rank would hold it (the same object where the store is in-process).
-
-struct HashStoreFactory {
-  static constexpr const char* kName = "HashStore";
-  std::shared_ptr<HashStore> store = std::make_shared<HashStore>();
-  std::shared_ptr<Store> make() { return store; }
-  std::shared_ptr<Store> another() { return store; }
-};
-
-struct FileStoreFactory {
-  static constexpr const char* kName = "FileStore";
-  TempDir dir;
-  std::string path = dir.path() + "/store";
-  std::shared_ptr<Store> make() { return std::make_shared<FileStore>(path); }
-  std::shared_ptr<Store> another() { return std::make_shared<FileStore>(path); }
-};
-
-struct TcpStoreFactory {
-  static constexpr const char* kName = "TcpStore";
-  std::unique_ptr<TcpStoreServer> server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
-  std::shared_ptr<Store> make() {
-    return std::make_shared<TcpStore>("127.0.0.1", server->port(), 5s);
-  }
-  std::shared_ptr<Store> another() { return make(); }
-};
-
-struct PrefixStoreFactory {
-  static constexpr const char* kName = "PrefixStore";
-  std::shared_ptr<HashStore> base = std::make_shared<HashStore>();
-  std::shared_ptr<Store> make() { return std::make_shared<PrefixStore>("job7", base); }
-  std::shared_ptr<Store> another() { return make(); }
-};
-
-template <typename Factory>
-class StoreConformance : public ::testing::Test {
- protected:
-  void SetUp() override { store = factory.make(); }
-  Factory factory;
-  std::shared_ptr<Store> store;
-};
-
-struct FactoryName {
-  template <typename T>
-  static std::string GetName(int) {
-    return T::kName;
-  }
-};
-
-using Factories =
-    ::testing::Types<HashStoreFactory, FileStoreFactory, TcpStoreFactory, PrefixStoreFactory>;
 TYPED_TEST_SUITE(StoreConformance, Factories, FactoryName);
 
 // Runs fn, which must throw a TimeoutError naming every key of `missing` and none of
@@ -390,15 +312,15 @@ TEST_F(TcpStoreTest, HugeLengthsAreRejectedWithoutAllocating) {
   gTrackAllocations = true;
   {
     net::Fd fd = raw();
-    sendBytes(fd.get(),
-              {storeproto::kRequestMagic, storeproto::kVersion, 1, 0, 0xFF, 0xFF, 0xFF, 0xFF});
+    sendBytes(fd.get(), {storeproto::kRequestMagic, storeproto::kVersion, 1, 0, 0xFF, 0xFF, 0xFF,
+                         0xFF, 0, 0, 0, 0});
     expectClosedByServer(fd.get());
   }
   {
     // A small body whose key claims 4 GiB.
     net::Fd fd = raw();
-    sendBytes(fd.get(), {storeproto::kRequestMagic, storeproto::kVersion, 6, 0, 4, 0, 0, 0, 0xFF,
-                         0xFF, 0xFF, 0xFF});
+    sendBytes(fd.get(), {storeproto::kRequestMagic, storeproto::kVersion, 6, 0, 4, 0, 0, 0, 0, 0, 0,
+                         0, 0xFF, 0xFF, 0xFF, 0xFF});
     expectClosedByServer(fd.get());
   }
   gTrackAllocations = false;
@@ -408,32 +330,41 @@ TEST_F(TcpStoreTest, HugeLengthsAreRejectedWithoutAllocating) {
   expectServerStillServes();
 }
 
-TEST_F(TcpStoreTest, PipelinedRequestsAreServedInOrder) {
+TEST_F(TcpStoreTest, ParkedRequestDoesNotHoldUpLaterOnes) {
   net::Fd fd = raw();
   Bytes frames;
   storeproto::Request r;
   r.command = storeproto::Command::Wait;  // parks until the client below sets "later"
   r.keys = {"later"};
   r.timeoutMs = 5000;
+  r.tag = 11;
   storeproto::encodeRequest(r, &frames);
   r = storeproto::Request();
   r.command = storeproto::Command::Get;
   r.key = "later";
   r.timeoutMs = 0;
+  r.tag = 12;
   storeproto::encodeRequest(r, &frames);
   r = storeproto::Request();
   r.command = storeproto::Command::Ping;
+  r.tag = 13;
   storeproto::encodeRequest(r, &frames);
   sendBytes(fd.get(), frames);
-  std::this_thread::sleep_for(20ms);
+  // The two that do not wait are answered, in order, while the WAIT is parked.
+  std::vector<storeproto::Response> resp = readResponses(fd.get(), 2);
+  ASSERT_EQ(resp.size(), 2u);
+  EXPECT_EQ(resp[0].command, storeproto::Command::Get);
+  EXPECT_EQ(resp[0].tag, 12u);
+  EXPECT_EQ(resp[0].status, storeproto::Status::Timeout);
+  EXPECT_EQ(resp[0].keys, std::vector<std::string>{"later"});
+  EXPECT_EQ(resp[1].command, storeproto::Command::Ping);
+  EXPECT_EQ(resp[1].tag, 13u);
   client()->setString("later", "now");
-  std::vector<storeproto::Response> resp = readResponses(fd.get(), 3);
-  ASSERT_EQ(resp.size(), 3u);
+  resp = readResponses(fd.get(), 1);
+  ASSERT_EQ(resp.size(), 1u);
   EXPECT_EQ(resp[0].command, storeproto::Command::Wait);
+  EXPECT_EQ(resp[0].tag, 11u);
   EXPECT_EQ(resp[0].status, storeproto::Status::Ok);
-  EXPECT_EQ(resp[1].command, storeproto::Command::Get);
-  EXPECT_EQ(resp[1].value, bytesOf("now"));
-  EXPECT_EQ(resp[2].command, storeproto::Command::Ping);
 }
 
 TEST_F(TcpStoreTest, PipelinedRepliesBeyondTheOutputCapAllArrive) {
@@ -500,7 +431,10 @@ TEST_F(TcpStoreTest, ParkedClientThatLeavesIsDropped) {
     while (serverSideState(server->port(), port) != 0x01 && msSince(parked) < 5000)
       std::this_thread::sleep_for(5ms);
     ASSERT_EQ(serverSideState(server->port(), port), 0x01) << "no connection from the client";
-    std::this_thread::sleep_for(50ms);  // parked in its WAIT by now
+    // Parked: the server counts the request and holds the connection open.
+    const Deadline until = Deadline::after(5s);
+    while (server->stats().requests < 1 && !until.expired()) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(server->stats().connections, 1u);
   }
   const auto left = Clock::now();
   int state = serverSideState(server->port(), port);
@@ -510,6 +444,7 @@ TEST_F(TcpStoreTest, ParkedClientThatLeavesIsDropped) {
   }
   EXPECT_EQ(state, -1) << "5 s after the client left, the server still holds its connection "
                        << "(state " << state << ")";
+  EXPECT_EQ(server->stats().connections, 0u);  // and its own count agrees
   expectServerStillServes();
   client()->setString("never", "now it exists");  // waking a departed waiter is harmless
   expectServerStillServes();
