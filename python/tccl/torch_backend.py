@@ -19,9 +19,11 @@ from . import _tccl_torch
 BACKEND = "tccl"
 
 
-def _listen_address():
+def _route_address():
     """The local address on the route to the store host (MASTER_ADDR or TCCL_STORE's host),
-    so that ranks on other hosts can reach this one; "" (loopback) on one host."""
+    so that ranks on other hosts can reach this one; "" (loopback) on one host. tccl listens
+    there unless TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY choose (CommOptions.routeAddress:
+    the same rule as for a TcpStore's connection, docs/network.md)."""
     host = os.environ.get("MASTER_ADDR", "")
     store = os.environ.get("TCCL_STORE", "")
     if not host and store:
@@ -41,13 +43,19 @@ def _create(store, rank, world_size, timeout):
     # None: the communicator's default; 0 or less is refused (it would wait forever).
     timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else None
     return _tccl_torch.create_process_group(store, rank, world_size, timeout_ms,
-                                            _listen_address())
+                                            route_address=_route_address())
 
 
 def register():
     """Registers the backend once (idempotent)."""
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create)
+
+
+def listen_address(group=None):
+    """The address a tccl process group listens on (default: the default group)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tccl_torch.listen_address(pg)
 
 
 def stats(group=None):
