@@ -391,10 +391,28 @@ double foldInt(int n, ReduceOp op) {
       case ReduceOp::Max:
         acc = acc < v ? v : acc;
         break;
+      case ReduceOp::BAnd:
+        acc = static_cast<T>(acc & v);
+        break;
+      case ReduceOp::BOr:
+        acc = static_cast<T>(acc | v);
+        break;
+      case ReduceOp::BXor:
+        acc = static_cast<T>(acc ^ v);
+        break;
     }
   }
   if (op == ReduceOp::Avg) return static_cast<double>(static_cast<int64_t>(acc) / n);
   return static_cast<double>(acc);
+}
+
+// The bitwise ops over the values 1..n, which int32 and int64 hold exactly.
+int64_t foldBits(int n, ReduceOp op) {
+  int64_t acc = 1;
+  for (int64_t r = 2; r <= n; ++r) {
+    acc = op == ReduceOp::BAnd ? (acc & r) : op == ReduceOp::BOr ? (acc | r) : (acc ^ r);
+  }
+  return acc;
 }
 
 // The same for a 16-bit floating type: every step computes in float and rounds to
@@ -418,6 +436,10 @@ double foldHalf(int n, ReduceOp op) {
         break;
       case ReduceOp::Max:
         acc = C::store(a < v ? v : a);
+        break;
+      case ReduceOp::BAnd:  // integer types only: the library refuses them here
+      case ReduceOp::BOr:
+      case ReduceOp::BXor:
         break;
     }
   }
@@ -466,6 +488,10 @@ double expectedConstant(int n, DataType dtype, ReduceOp op) {
       return foldInt<int8_t>(n, op);
     case DataType::UInt8:
       return foldInt<uint8_t>(n, op);
+    case DataType::Int32:
+    case DataType::Int64:
+      if (isBitwise(op)) return static_cast<double>(foldBits(n, op));
+      break;
     default:
       break;
   }
@@ -496,6 +522,10 @@ double expectedConstant(int n, DataType dtype, ReduceOp op) {
       for (int i = 1; i <= n; ++i) p *= i;
       return p;
     }
+    case ReduceOp::BAnd:  // integer types are folded above; floating types are refused
+    case ReduceOp::BOr:
+    case ReduceOp::BXor:
+      break;
   }
   return 0;
 }

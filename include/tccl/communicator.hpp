@@ -40,6 +40,11 @@ struct CommOptions {
   // address of the TcpStore connection (the interface that routes to the store), else
   // 127.0.0.1 (docs/network.md; loopback is refused when the job may span hosts).
   std::string listenAddress;
+  // This host's end of the route to the store, for a store that is not a TcpStore (the
+  // torch backend's, whose route to MASTER_ADDR it finds): the last choice after
+  // listenAddress and TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY, as a TcpStore's own
+  // connection is. Empty: none (a TcpStore's route, else 127.0.0.1).
+  std::string routeAddress;
   // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB).
   size_t segmentBytes = 0;
   // Measure the links at construction (measureLinks()); also TCCL_TUNE=startup.

@@ -28,14 +28,29 @@ enum class DataType : uint8_t {
 // Reductions. Avg is defined as: Sum over all ranks, then divide by the world size,
 // once, at the end. For floating types that is a true division; for integer types it
 // is C++ integer division, which rounds toward zero (-7 / 2 == -3). Float16 and
-// BFloat16 divide in float and round the quotient to nearest even.
+// BFloat16 divide in float and round the quotient to nearest even. BAnd, BOr and BXor
+// are bitwise and, or and exclusive or, for the integer types only (int8, uint8, int32,
+// int64; a floating type is an InvalidArgumentError), as MPI_BAND/BOR/BXOR and gloo.
 enum class ReduceOp : uint8_t {
   Sum = 0,
   Prod = 1,
   Min = 2,
   Max = 3,
   Avg = 4,
+  BAnd = 5,
+  BOr = 6,
+  BXor = 7,
 };
+
+// BAnd, BOr or BXor.
+constexpr bool isBitwise(ReduceOp op) {
+  return op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+}
+// Int8, UInt8, Int32 or Int64: the types the bitwise ops apply to.
+constexpr bool isInteger(DataType t) {
+  return t == DataType::Int8 || t == DataType::UInt8 || t == DataType::Int32 ||
+         t == DataType::Int64;
+}
 
 // Algorithms. Auto asks the cost model (see docs/algorithms.md). Which apply to which
 // collective: all-reduce: ring, naive, tree, hd (recursive halving-doubling), rd

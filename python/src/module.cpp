@@ -928,7 +928,11 @@ PYBIND11_MODULE(_tccl, m) {
       .value("PRODUCT", tccl::ReduceOp::Prod)
       .value("MIN", tccl::ReduceOp::Min)
       .value("MAX", tccl::ReduceOp::Max)
-      .value("AVG", tccl::ReduceOp::Avg);
+      .value("AVG", tccl::ReduceOp::Avg)
+      // Integer dtypes only (a floating one is an InvalidArgumentError), as MPI_BAND etc.
+      .value("BAND", tccl::ReduceOp::BAnd)
+      .value("BOR", tccl::ReduceOp::BOr)
+      .value("BXOR", tccl::ReduceOp::BXor);
   py::enum_<tccl::Algorithm>(m, "Algorithm")
       .value("AUTO", tccl::Algorithm::Auto)
       .value("RING", tccl::Algorithm::Ring)

@@ -15,13 +15,17 @@
 //   completion callback before the work counts as completed.
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -215,9 +219,16 @@ tccl::ReduceOp tcclOp(const c10d::ReduceOp& op, int rank) {
       return tccl::ReduceOp::Min;
     case c10d::ReduceOp::MAX:
       return tccl::ReduceOp::Max;
+    // Integer tensors only: tccl refuses them on a floating dtype (InvalidArgument).
+    case c10d::ReduceOp::BAND:
+      return tccl::ReduceOp::BAnd;
+    case c10d::ReduceOp::BOR:
+      return tccl::ReduceOp::BOr;
+    case c10d::ReduceOp::BXOR:
+      return tccl::ReduceOp::BXor;
     default:
       invalid("reduce op " + std::to_string(static_cast<int>(op.op_)) +
-                  " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)",
+                  " is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR are)",
               rank);
   }
 }
@@ -230,13 +241,89 @@ tccl::CollectiveOptions callOptions(Millis timeout) {
 
 // ---- work ---------------------------------------------------------------------------------
 
+// A tccl error as torch code expects to read it. A timeout's cause gains "Timed out
+// waiting ...", the words torch's tests and users match in gloo's timeouts (tccl's own
+// text says "Timeout in <collective>"); the kind, rank and every other fact stay.
+std::exception_ptr torchFacing(std::exception_ptr e) {
+  if (!e) return e;
+  try {
+    std::rethrow_exception(e);
+  } catch (const tccl::Error& t) {  // the stored exception may be the base class
+    if (t.kind() != tccl::ErrorKind::Timeout) return e;
+    tccl::ErrorInfo info = t.info();
+    info.message = "Timed out waiting" +
+                   (info.peer >= 0 ? " for rank " + std::to_string(info.peer) : std::string()) +
+                   ": " + info.message;
+    try {
+      tccl::throwError(std::move(info));
+    } catch (...) {
+      return std::current_exception();
+    }
+  } catch (...) {
+  }
+  return e;
+}
+
+// Completes the works' futures off tccl's progress thread. A future's callbacks run in
+// the thread that completes it, and a callback may wait on another work of the same group
+// (PowerSGD's hook does, twice per bucket): on the progress thread, which runs that work,
+// it would wait on itself. A completion never waits behind a busy thread either: when
+// fewer threads are idle than completions are queued, another thread starts (as many as
+// callbacks block at once; they stay for the group's life). One idle thread: issue order.
+class Completer {
+ public:
+  Completer() = default;
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+  ~Completer() {  // runs what is queued, then stops every thread
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(fn));
+    if (queue_.size() > idle_)
+      threads_.emplace_back([this] { run(); });
+    else
+      cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty()) return;  // stopping, nothing left
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      fn();
+      lk.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 // A tccl Work as a c10d Work. The completion callback (tccl's progress thread) unpacks
-// scratch results, then completes the future; tccl counts the work completed only
-// after its callbacks have run, so isCompleted() and wait() see the unpacked results.
+// scratch results, then hands the future's completion to the Completer; tccl counts the
+// work completed only after its callbacks have run, so isCompleted() and wait() see the
+// unpacked results.
 class TcclWork final : public c10d::Work {
  public:
   TcclWork(int rank, c10d::OpType type, tccl::WorkPtr work, std::vector<at::Tensor> outputs,
-           std::vector<at::Tensor> keepAlive, std::function<void()> unpackResults)
+           std::vector<at::Tensor> keepAlive, std::function<void()> unpackResults,
+           std::shared_ptr<Completer> completer)
       : c10d::Work(rank, type),
         work_(std::move(work)),
         outputs_(std::move(outputs)),
@@ -247,11 +334,11 @@ class TcclWork final : public c10d::Work {
     // run), and never this Work: the c10d Work may be dropped before the collective ends.
     tccl::Work* raw = work_.get();
     work_->onComplete([raw, future = future_, outputs = outputs_, keepAlive = std::move(keepAlive),
-                       unpack = std::move(unpackResults),
-                       unpackError = unpackError_](const tccl::Error* error) {
+                       unpack = std::move(unpackResults), unpackError = unpackError_,
+                       completer = std::move(completer)](const tccl::Error* error) {
       std::exception_ptr e;
       if (error) {
-        e = raw->exception();
+        e = torchFacing(raw->exception());
       } else if (unpack) {
         try {
           unpack();
@@ -261,27 +348,33 @@ class TcclWork final : public c10d::Work {
           unpackError->error = e;
         }
       }
-      if (e)
-        future->setError(e);
-      else
-        future->markCompleted(c10::IValue(outputs));
+      completer->post([future, outputs, e] {
+        if (e)
+          future->setError(e);
+        else
+          future->markCompleted(c10::IValue(outputs));
+      });
     });
   }
 
   bool isCompleted() override { return work_->isCompleted(); }
   bool isSuccess() const override { return work_->isCompleted() && !exception(); }
   std::exception_ptr exception() const override {
-    if (auto e = work_->exception()) return e;
+    if (auto e = work_->exception()) return torchFacing(e);
     std::lock_guard<std::mutex> lk(unpackError_->mu);
     return unpackError_->error;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   void synchronize() override {}
   bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout == kNoTimeout)
-      work_->wait();
-    else
-      work_->wait(timeout);
+    try {
+      if (timeout == kNoTimeout)
+        work_->wait();
+      else
+        work_->wait(timeout);
+    } catch (const tccl::Error&) {
+      std::rethrow_exception(torchFacing(std::current_exception()));
+    }
     if (auto e = exception()) std::rethrow_exception(e);
     return true;
   }
@@ -300,17 +393,40 @@ class TcclWork final : public c10d::Work {
   std::shared_ptr<UnpackError> unpackError_;
 };
 
+// A Work that ran in the calling thread: complete, and successful, when it is made.
+class DoneWork final : public c10d::Work {
+ public:
+  DoneWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 // ---- the process group ----------------------------------------------------------------
 
 class ProcessGroupTccl final : public c10d::ProcessGroup {
  public:
   // timeout: torch's (none: the communicator's default); 0 or less is an InvalidArgument.
   ProcessGroupTccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::optional<Millis> timeout, const std::string& listenAddress)
+                   std::optional<Millis> timeout, const std::string& listenAddress,
+                   const std::string& routeAddress)
       : c10d::ProcessGroup(rank, size) {
     tccl::CommOptions o;
     if (timeout) o.timeout = *timeout;
     o.listenAddress = listenAddress;
+    o.routeAddress = routeAddress;
     comm_ =
         std::make_unique<tccl::Communicator>(std::make_shared<TorchStore>(store), rank, size, o);
     init();
@@ -325,6 +441,7 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     if (Py_IsInitialized() && PyGILState_Check()) {
       py::gil_scoped_release nogil;
       comm_.reset();
+      completer_.reset();  // its threads may be running Python callbacks
     }
   }
 
@@ -343,6 +460,7 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     const auto& t = single(tensors, "allreduce", rank_);
+    if (t.defined() && t.is_sparse()) return sparseAllreduce(t, opts);
     const Flat f = forReduce(t, "allreduce tensor", rank_);
     auto w = comm_->allreduceAsync(f.data, f.data, f.count, f.dtype, tcclOp(opts.reduceOp, rank_),
                                    callOptions(opts.timeout));
@@ -618,7 +736,73 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
                                       std::vector<at::Tensor> keepAlive = {},
                                       std::function<void()> unpackResults = {}) {
     return c10::make_intrusive<TcclWork>(rank_, type, std::move(work), std::move(outputs),
-                                         std::move(keepAlive), std::move(unpackResults));
+                                         std::move(keepAlive), std::move(unpackResults),
+                                         completer_);
+  }
+
+  // Sparse all-reduce, SUM only (as gloo): every rank's coalesced entries are gathered
+  // (their counts and shapes first, then the entries padded to the largest count), summed
+  // by coalescing their concatenation, and copied into the tensor. The same inputs in the
+  // same order on every rank: every rank gets the same result bit for bit. It runs in the
+  // calling thread, after the calls issued before it; the Work it returns is complete.
+  c10::intrusive_ptr<c10d::Work> sparseAllreduce(const at::Tensor& t,
+                                                 const c10d::AllreduceOptions& opts) {
+    if (opts.reduceOp.op_ != c10d::ReduceOp::SUM)
+      invalid("sparse all_reduce: only ReduceOp.SUM is supported (as with gloo)", rank_);
+    if (!t.device().is_cpu()) invalid("sparse all_reduce: the tensor is not on the CPU", rank_);
+    const at::Tensor in = t.coalesce();
+    const at::Tensor idx = in._indices().contiguous();  // [sparse dims, nnz], int64
+    const at::Tensor val = in._values().contiguous();   // [nnz, dense sizes...]
+    const auto o = callOptions(opts.timeout);
+    // What every rank must agree on, and its count: one row per rank.
+    constexpr int64_t kMaxDims = 16;
+    if (in.dim() > kMaxDims) invalid("sparse all_reduce: more than 16 dimensions", rank_);
+    std::vector<int64_t> row(4 + kMaxDims, -1);
+    row[0] = in._nnz();
+    row[1] = in.sparse_dim();
+    row[2] = static_cast<int64_t>(val.scalar_type());
+    row[3] = in.dim();
+    for (int64_t d = 0; d < in.dim(); ++d) row[static_cast<size_t>(4 + d)] = in.size(d);
+    std::vector<int64_t> rows(row.size() * static_cast<size_t>(size_));
+    comm_->allGather(row.data(), rows.data(), row.size(), tccl::DataType::Int64, o);
+    int64_t most = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t* other = rows.data() + row.size() * static_cast<size_t>(r);
+      if (!std::equal(row.begin() + 1, row.end(), other + 1)) {
+        invalid("sparse all_reduce: rank " + std::to_string(r) +
+                    "'s tensor differs in shape, sparse dimensions or dtype from rank " +
+                    std::to_string(rank_) + "'s",
+                rank_);
+      }
+      most = std::max(most, other[0]);
+    }
+    // The entries, padded to the largest count.
+    const int64_t sparseDims = in.sparse_dim();
+    std::vector<int64_t> valShape = val.sizes().vec();
+    valShape[0] = most;
+    at::Tensor myIdx = at::zeros({sparseDims, most}, idx.options());
+    at::Tensor myVal = at::zeros(valShape, val.options());
+    myIdx.narrow(1, 0, in._nnz()).copy_(idx);
+    myVal.narrow(0, 0, in._nnz()).copy_(val);
+    std::vector<int64_t> allValShape = valShape;
+    allValShape.insert(allValShape.begin(), size_);
+    at::Tensor allIdx = at::empty({size_, sparseDims, most}, idx.options());
+    at::Tensor allVal = at::empty(allValShape, val.options());
+    const Flat fi = forMove(myIdx, "scratch", rank_), gi = forMove(allIdx, "scratch", rank_);
+    const Flat fv = forMove(myVal, "scratch", rank_), gv = forMove(allVal, "scratch", rank_);
+    comm_->allGather(fi.data, gi.data, fi.count, fi.dtype, o);
+    comm_->allGather(fv.data, gv.data, fv.count, fv.dtype, o);
+    std::vector<at::Tensor> idxs, vals;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t n = rows[row.size() * static_cast<size_t>(r)];
+      idxs.push_back(allIdx[r].narrow(1, 0, n));
+      vals.push_back(allVal[r].narrow(0, 0, n));
+    }
+    at::Tensor sum =
+        at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes(), in.options())
+            .coalesce();
+    t.copy_(sum);
+    return c10::make_intrusive<DoneWork>(rank_, c10d::OpType::ALLREDUCE, std::vector{t});
   }
 
   // torch's split sizes (rows of dim 0) as element counts; none: equal blocks.
@@ -655,6 +839,7 @@ class ProcessGroupTccl final : public c10d::ProcessGroup {
     return counts;
   }
 
+  std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
   std::unique_ptr<tccl::Communicator> comm_;
 };
 
@@ -664,17 +849,22 @@ PYBIND11_MODULE(_tccl_torch, m) {
   m.doc() = "tccl as a torch.distributed backend (import tccl.torch_backend to register it)";
   // The creator torch.distributed calls (through tccl/torch_backend.py): builds the
   // communicator over torch's store, which waits for every rank, so without the GIL.
+  // listen_address: CommOptions::listenAddress (wins over everything); route_address:
+  // CommOptions::routeAddress (this host's end of the route to MASTER_ADDR, used when
+  // TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY do not choose).
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::optional<int64_t> timeoutMs,
-         const std::string& listenAddress) -> c10::intrusive_ptr<c10d::ProcessGroup> {
+         std::optional<int64_t> timeoutMs, const std::string& listenAddress,
+         const std::string& routeAddress) -> c10::intrusive_ptr<c10d::ProcessGroup> {
         std::optional<Millis> timeout;
         if (timeoutMs) timeout = Millis(*timeoutMs);
-        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, timeout, listenAddress);
+        return c10::make_intrusive<ProcessGroupTccl>(store, rank, size, timeout, listenAddress,
+                                                     routeAddress);
       },
       py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
-      py::arg("listen_address") = "", py::call_guard<py::gil_scoped_release>());
+      py::arg("listen_address") = "", py::arg("route_address") = "",
+      py::call_guard<py::gil_scoped_release>());
   // torch's new_group on a member (torch never calls non-members): a child of `parent`'s
   // communicator over `ranks` (parent ranks, in group-rank order) instead of a new
   // communicator, so the group shares the parent's listener, store and heartbeat thread
@@ -707,6 +897,12 @@ PYBIND11_MODULE(_tccl_torch, m) {
           if (t == nullptr) return py::none();
           return py::int_(t->communicator().attachedCommunicators());
         });
+  // The address a tccl process group listens on and publishes (None for any other backend).
+  m.def("listen_address", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> py::object {
+    auto* t = dynamic_cast<ProcessGroupTccl*>(pg.get());
+    if (t == nullptr) return py::none();
+    return py::str(t->communicator().listenAddress());
+  });
   // Byte counters of a tccl process group (None for any other backend).
   m.def("stats", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> py::object {
     auto* t = dynamic_cast<ProcessGroupTccl*>(pg.get());

@@ -19,9 +19,11 @@ from . import _tccl_torch
 BACKEND = "tccl"
 
 
-def _listen_address():
+def _route_address():
     """The local address on the route to the store host (MASTER_ADDR or TCCL_STORE's host),
-    so that ranks on other hosts can reach this one; "" (loopback) on one host."""
+    so that ranks on other hosts can reach this one; "" (loopback) on one host. tccl listens
+    there unless TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY choose (CommOptions.routeAddress:
+    the same rule as for a TcpStore's connection, docs/network.md)."""
     host = os.environ.get("MASTER_ADDR", "")
     store = os.environ.get("TCCL_STORE", "")
     if not host and store:
@@ -44,7 +46,7 @@ def _timeout_ms(timeout):
 
 def _create(store, rank, world_size, timeout):
     return _tccl_torch.create_process_group(store, rank, world_size, _timeout_ms(timeout),
-                                            _listen_address())
+                                            route_address=_route_address())
 
 
 def _default_group():
@@ -85,6 +87,12 @@ def attached_communicators(group=None):
     children of the default group), besides the default group's own."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return _tccl_torch.attached_communicators(pg)
+
+
+def listen_address(group=None):
+    """The address a tccl process group listens on (default: the default group)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tccl_torch.listen_address(pg)
 
 
 def stats(group=None):

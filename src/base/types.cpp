@@ -30,7 +30,7 @@ bool isValid(DataType t) {
   return static_cast<uint8_t>(t) <= static_cast<uint8_t>(DataType::UInt8);
 }
 bool isValid(ReduceOp op) {
-  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::Avg);
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::BXor);
 }
 
 std::string_view toString(DataType t) {
@@ -67,6 +67,12 @@ std::string_view toString(ReduceOp op) {
       return "max";
     case ReduceOp::Avg:
       return "avg";
+    case ReduceOp::BAnd:
+      return "band";
+    case ReduceOp::BOr:
+      return "bor";
+    case ReduceOp::BXor:
+      return "bxor";
   }
   return "?";
 }
@@ -133,9 +139,10 @@ std::optional<DataType> parseDataType(std::string_view s) {
 
 std::optional<ReduceOp> parseReduceOp(std::string_view s) {
   static const std::pair<const char*, ReduceOp> kNames[] = {
-      {"sum", ReduceOp::Sum},  {"prod", ReduceOp::Prod}, {"product", ReduceOp::Prod},
-      {"min", ReduceOp::Min},  {"max", ReduceOp::Max},   {"avg", ReduceOp::Avg},
-      {"mean", ReduceOp::Avg},
+      {"sum", ReduceOp::Sum},   {"prod", ReduceOp::Prod}, {"product", ReduceOp::Prod},
+      {"min", ReduceOp::Min},   {"max", ReduceOp::Max},   {"avg", ReduceOp::Avg},
+      {"mean", ReduceOp::Avg},  {"band", ReduceOp::BAnd}, {"bor", ReduceOp::BOr},
+      {"bxor", ReduceOp::BXor},
   };
   return lookup(s, kNames);
 }

@@ -214,6 +214,7 @@ void Communicator::Impl::openTransport() {
   // refused when the job may span hosts (src/net/iface.hpp, docs/network.md).
   std::string route;
   if (auto* tcp = dynamic_cast<TcpStore*>(b.userStore.get())) route = tcp->localAddress();
+  if (route.empty()) route = b.options.routeAddress;
   tc.listenAddress = bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store,
                                                     b.rank, b.size, b.timeout);
   b.transport = std::make_shared<Transport>(tc, b.store);

@@ -26,6 +26,11 @@ void Communicator::Impl::validate(PreparedCall& call) const {
   if (!isValid(call.op)) {
     invalidCall(call, "unknown reduce op " + std::to_string(static_cast<int>(call.op)));
   }
+  if (s.takesOp && isBitwise(call.op) && !isInteger(call.dtype)) {
+    invalidCall(call, "reduce op " + std::string(toString(call.op)) +
+                          " needs an integer dtype (int8, uint8, int32, int64), got " +
+                          std::string(toString(call.dtype)));
+  }
   if (call.timeout) {
     config::checkTimeout(std::string(s.name) +
                              ": a per-call timeout (CollectiveOptions::timeout) of " +

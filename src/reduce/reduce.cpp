@@ -96,6 +96,18 @@ void loop(T* dst, const T* a, const T* b, size_t n, F f) {
   }
 }
 
+// Bitwise ops act on the bit patterns: the same for a signed type and its unsigned twin.
+template <typename T>
+void applyBitwise(T* d, const T* x, const T* y, size_t n, ReduceOp op) {
+  if (op == ReduceOp::BAnd) {
+    loop(d, x, y, n, [](T p, T q) { return static_cast<T>(p & q); });
+  } else if (op == ReduceOp::BOr) {
+    loop(d, x, y, n, [](T p, T q) { return static_cast<T>(p | q); });
+  } else {
+    loop(d, x, y, n, [](T p, T q) { return static_cast<T>(p ^ q); });
+  }
+}
+
 template <typename T>
 void applyTyped(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
   T* d = static_cast<T*>(dst);
@@ -115,6 +127,11 @@ void applyTyped(void* dst, const void* a, const void* b, size_t n, ReduceOp op) 
     case ReduceOp::Max:
       loop(d, x, y, n, [](T p, T q) { return p < q ? q : p; });
       break;
+    case ReduceOp::BAnd:
+    case ReduceOp::BOr:
+    case ReduceOp::BXor:
+      if constexpr (std::is_integral_v<T>) applyBitwise(d, x, y, n, op);
+      break;  // a floating T never gets here: apply() sends bitwise ops to applyBitwise
   }
 }
 
@@ -158,6 +175,10 @@ void applyHalf(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
     case ReduceOp::Max:
       loop(d, x, y, n, [](H p, H q) { return C::load(p) < C::load(q) ? q : p; });
       break;
+    case ReduceOp::BAnd:
+    case ReduceOp::BOr:
+    case ReduceOp::BXor:
+      break;  // never here: apply() sends bitwise ops to applyBitwise
   }
 }
 
@@ -218,6 +239,10 @@ __attribute__((target("avx,f16c"))) size_t applyF16C(uint16_t* d, const uint16_t
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
                          select8(_mm256_cmp_ps(fx, fy, _CMP_LT_OQ), hx, hy));
         break;
+      case ReduceOp::BAnd:
+      case ReduceOp::BOr:
+      case ReduceOp::BXor:
+        return 0;  // never here: apply() sends bitwise ops to applyBitwise
     }
   }
   return i;
@@ -286,6 +311,20 @@ void divideFloat16(void* buf, size_t n, int divisor) {
 }  // namespace
 
 void apply(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
+  if (isBitwise(op)) {
+    // On the bit patterns, by width. The public calls allow them on integer types only
+    // (core/validate.cpp); on a floating type this would combine the encodings' bits.
+    switch (dataTypeSize(dtype)) {
+      case 1:
+        return applyTyped<uint8_t>(dst, a, b, count, op);
+      case 2:
+        return applyTyped<uint16_t>(dst, a, b, count, op);
+      case 4:
+        return applyTyped<uint32_t>(dst, a, b, count, op);
+      default:
+        return applyTyped<uint64_t>(dst, a, b, count, op);
+    }
+  }
   switch (dtype) {
     case DataType::Float32:
       applyTyped<float>(dst, a, b, count, op);

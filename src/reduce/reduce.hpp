@@ -18,7 +18,8 @@
 namespace tccl::reduce {
 
 // dst[i] = a[i] op b[i] for i in [0, count). dst may be the same buffer as a or b.
-// op Avg reduces as Sum; the division happens once, in finalizeAvg.
+// op Avg reduces as Sum; the division happens once, in finalizeAvg. BAnd, BOr and BXor
+// combine the bit patterns (callers allow them on the integer types only).
 void apply(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
 
 // buf[i] /= divisor. Integer types: C++ division of the value by the int divisor,

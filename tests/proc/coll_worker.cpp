@@ -94,6 +94,10 @@ T expectedT(int n, size_t i, ReduceOp op) {
       case ReduceOp::Max:
         acc = acc < v ? v : acc;
         break;
+      case ReduceOp::BAnd:  // not in this worker's grids
+      case ReduceOp::BOr:
+      case ReduceOp::BXor:
+        std::abort();
     }
   }
   if (op == ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(n));

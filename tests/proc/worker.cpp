@@ -144,6 +144,10 @@ T expectedT(int n, size_t i, ReduceOp op) {
       case ReduceOp::Max:
         acc = A::less(acc, v) ? v : acc;
         break;
+      case ReduceOp::BAnd:  // not in this worker's grids
+      case ReduceOp::BOr:
+      case ReduceOp::BXor:
+        die("expectedT: bitwise ops are not covered here");
     }
   }
   if (op == ReduceOp::Avg) acc = A::div(acc, n);

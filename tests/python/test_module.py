@@ -67,6 +67,35 @@ def test_views_are_reduced_in_place_in_the_parent_array():
         assert p[1].tolist() == [3.0] * 4 and p[0].sum() == 0 and p[2].sum() == 0
 
 
+def test_bitwise_ops_on_every_integer_dtype_and_refused_on_floats():
+    # Three ranks; rank r holds (i * 37 + 11 r) mod 256 (as the dtype's bits) at index i.
+    world, n = 3, 70
+
+    def held(r, dt):
+        return (np.arange(n, dtype=np.int64) * 37 + 11 * r).astype(np.uint8).view(np.uint8) \
+            .astype(dt)
+
+    def fn(c):
+        out = {}
+        for dt in (np.int8, np.uint8, np.int32, np.int64):
+            for op in (tccl.ReduceOp.BAND, tccl.ReduceOp.BOR, tccl.ReduceOp.BXOR):
+                x = held(c.rank, dt)
+                c.all_reduce(x, op=op)
+                out[(dt.__name__, op.name)] = x.tolist()
+        for dt in (np.float32, np.float64):
+            with pytest.raises(tccl.InvalidArgumentError, match="band"):
+                c.all_reduce(np.ones(4, dtype=dt), op=tccl.ReduceOp.BAND)
+        return out
+
+    ref = {"BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+    for out in run_threads(world, fn):
+        for (dt, op), got in out.items():
+            want = held(0, getattr(np, dt))
+            for q in range(1, world):
+                want = ref[op](want, held(q, getattr(np, dt)))
+            assert got == want.tolist(), (dt, op)
+
+
 def test_torch_cpu_tensors_in_place():
     torch = pytest.importorskip("torch")
 
