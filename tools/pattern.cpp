@@ -94,7 +94,22 @@ double reduceInput(int rank, size_t i, int n, DataType dtype, ReduceOp op) {
   uint64_t t = 0, e = 0;
   parts(i, n, dtype, op, &t, &e);
   const double inside = static_cast<uint64_t>(rank) < t ? 1 : 0;
-  return op == ReduceOp::Prod ? 1 + inside : static_cast<double>(e) + inside;
+  const auto ed = static_cast<double>(e);
+  switch (op) {
+    case ReduceOp::Prod:
+      return 1 + inside;
+    // The bitwise ops (integer dtypes only): e(i) < 64 in the low bits, and bit 6 (64)
+    // set by the ranks inside (or, for BAnd, by those outside); for BXor only rank 0
+    // carries e(i). Every value stays below 128, so int8 holds it.
+    case ReduceOp::BOr:
+      return ed + 64 * inside;
+    case ReduceOp::BAnd:
+      return ed + 64 * (1 - inside);
+    case ReduceOp::BXor:
+      return (rank == 0 ? ed : 0) + 64 * inside;
+    default:
+      return ed + inside;
+  }
 }
 
 double reduceExpected(size_t i, int n, DataType dtype, ReduceOp op) {
@@ -109,6 +124,12 @@ double reduceExpected(size_t i, int n, DataType dtype, ReduceOp op) {
       return static_cast<double>(e + (t >= world ? 1 : 0));
     case ReduceOp::Max:
       return static_cast<double>(e + (t > 0 ? 1 : 0));
+    case ReduceOp::BOr:  // bit 6 from any rank inside
+      return static_cast<double>(e + (t > 0 ? 64 : 0));
+    case ReduceOp::BAnd:  // bit 6 only when every rank is outside
+      return static_cast<double>(e + (t == 0 ? 64 : 0));
+    case ReduceOp::BXor:  // bit 6 from an odd number of ranks inside
+      return static_cast<double>(e + (std::min(t, world) % 2 == 1 ? 64 : 0));
     case ReduceOp::Avg:
       // The exact sum divided once, as the dtype divides: float for float32 and the
       // 16-bit floats (then rounded to 16 bits), double for float64, integer division

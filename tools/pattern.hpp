@@ -8,6 +8,9 @@
 // so that, for a world of n,
 //   sum = t + n e,  avg = sum / n (rounded as the dtype divides),  min = e + [t = n],
 //   max = e + [t > 0],  prod = 2^t (wrapping in the integer types, inf past the range).
+// The bitwise ops (integer dtypes): bor: e + 64 [r < t], band: e + 64 [r >= t], bxor:
+// e [r = 0] + 64 [r < t], so bor = e + 64 [t > 0], band = e + 64 [t = 0], bxor = e + 64
+// [min(t, n) odd] (e < 7: every value below 128).
 // T and m keep every partial sum an integer the dtype holds exactly (256 for bfloat16,
 // 2048 for float16, 127 for int8, ...), in whatever order an algorithm adds: no result
 // depends on the order, so each must match bit for bit. Products are powers of two.
