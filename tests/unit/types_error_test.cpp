@@ -65,7 +65,10 @@ TEST(Types, ValidityCoversExactlyTheEnum) {
     EXPECT_EQ(toString(t), "?") << v;
   }
   EXPECT_TRUE(isValid(ReduceOp::Avg));
-  EXPECT_FALSE(isValid(static_cast<ReduceOp>(5)));
+  EXPECT_TRUE(isValid(ReduceOp::BAnd));
+  EXPECT_TRUE(isValid(ReduceOp::BXor));  // the last one (wire value 7)
+  EXPECT_FALSE(isValid(static_cast<ReduceOp>(8)));
+  EXPECT_FALSE(isValid(static_cast<ReduceOp>(255)));
 }
 
 TEST(Types, Names) {
