@@ -155,6 +155,9 @@ SimConfig parseSimulate(const Args& a) {
   if (!coll)
     throw UsageError{"unknown --op " + quoted(opArg) + " (" + algo::collectiveNames() + ")"};
   c.coll = *coll;
+  if (algo::spec(c.coll).uneven)
+    throw UsageError{"--op " + quoted(opArg) +
+                     ": the uneven collectives need per-rank counts, which simulate does not take"};
   c.root = static_cast<int>(a.getInt("root", 0, 0, kMaxSimWorld - 1));
   const int64_t seg = a.getInt("segment-bytes", 1 << 20, 1, int64_t{1} << 30);
   c.segmentBytes = static_cast<size_t>(seg);
