@@ -269,37 +269,48 @@ std::exception_ptr torchFacing(std::exception_ptr e) {
 // (PowerSGD's hook does, twice per bucket): on the progress thread, which runs that work,
 // it would wait on itself. A completion never waits behind a busy thread either: when
 // fewer threads are idle than completions are queued, another thread starts (as many as
-// callbacks block at once; they stay for the group's life). One idle thread: issue order.
+// callbacks block at once). A thread idle for a second ends, as tccl's progress thread
+// does, so an idle group holds no thread (docs/python.md, "new_group"). One idle thread:
+// issue order.
 class Completer {
  public:
   Completer() = default;
   Completer(const Completer&) = delete;
   Completer& operator=(const Completer&) = delete;
-  ~Completer() {  // runs what is queued, then stops every thread
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
+  ~Completer() {  // runs what is queued, then waits for every thread to end
+    std::unique_lock<std::mutex> lk(mu_);
+    stop_ = true;
     cv_.notify_all();
-    for (auto& t : threads_) t.join();
+    ended_.wait(lk, [&] { return live_ == 0; });
   }
   void post(std::function<void()> fn) {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(std::move(fn));
-    if (queue_.size() > idle_)
-      threads_.emplace_back([this] { run(); });
-    else
+    if (queue_.size() > idle_) {
+      ++live_;
+      std::thread([this] { run(); }).detach();  // the destructor waits for it (live_)
+    } else {
       cv_.notify_one();
+    }
   }
 
  private:
+  static constexpr std::chrono::seconds kLinger{1};
   void run() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
       ++idle_;
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      const bool woken = cv_.wait_for(lk, kLinger, [&] { return stop_ || !queue_.empty(); });
       --idle_;
-      if (queue_.empty()) return;  // stopping, nothing left
+      if (queue_.empty()) {
+        if (stop_ || !woken) {
+          // The last touch of this object: under mu_, which the destructor then takes.
+          --live_;
+          ended_.notify_all();
+          return;
+        }
+        continue;
+      }
       auto fn = std::move(queue_.front());
       queue_.pop_front();
       lk.unlock();
@@ -309,10 +320,11 @@ class Completer {
   }
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable ended_;
   std::deque<std::function<void()>> queue_;
   size_t idle_ = 0;
+  size_t live_ = 0;
   bool stop_ = false;
-  std::vector<std::thread> threads_;
 };
 
 // A tccl Work as a c10d Work. The completion callback (tccl's progress thread) unpacks

@@ -59,7 +59,12 @@ class Run {
     elem_ = dataTypeSize(c.dtype);
     done_.assign(s.ops.size(), 0);
     remaining_ = s.ops.size();
+    // Elapsed times count from where the call's deadline counts (its issue), not from
+    // here: a timeout must never read "waited 297 ms of 300 ms allowed".
     start_ = Deadline::Clock::now();
+    if (c.timeoutMs > 0 && !c.deadline.isNever()) {
+      start_ = std::min(start_, c.deadline.at() - std::chrono::milliseconds(c.timeoutMs));
+    }
   }
 
   void execute(LinkProvider& links, std::map<int, std::vector<uint8_t>>& staging) {

@@ -209,7 +209,11 @@ def test_size_mismatches_are_refused():
 
 FIELDS = ["kind", "message", "rank", "peer", "peer_address", "collective", "seq", "algorithm",
           "phase", "step", "steps", "bytes_moved", "bytes_expected", "elapsed_ms", "timeout_ms",
-          "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature"]
+          "culprit", "culprit_address", "detected_by", "local_signature", "remote_signature",
+          # a sub-communicator's ranks in its parent's and in the world's numbering
+          # (None on a communicator without a parent)
+          "rank_parent", "rank_world", "peer_parent", "peer_world", "culprit_parent",
+          "culprit_world"]
 
 
 @pytest.mark.parametrize("kind,cls", [
