@@ -234,7 +234,10 @@ def test_each_error_kind_has_its_class_and_every_field(kind, cls):
         "bytes_moved": 100, "bytes_expected": 200, "elapsed_ms": 50, "timeout_ms": 40,
         "culprit": 2, "culprit_address": "127.0.0.1:1234", "detected_by": 1,
         "local_signature": "allreduce #7 f32 x4 sum",
-        "remote_signature": "broadcast #7 f32 x4 root 0"}
+        "remote_signature": "broadcast #7 f32 x4 root 0",
+        # the synthetic error comes from a communicator without a parent
+        "rank_parent": None, "rank_world": None, "peer_parent": None, "peer_world": None,
+        "culprit_parent": None, "culprit_world": None}
     assert "allreduce #7" in str(err)  # the C++ what(), fields rendered
 
 

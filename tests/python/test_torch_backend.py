@@ -101,7 +101,10 @@ from ranks import run_ranks
 out = {{}}
 for name, ifname in [("route", None), ("byname", "=tcclB"), ("bycidr", "10.213.8.0/24"),
                      ("nomatch", "=nosuch9")]:
-    env = {{"TCCL_SOCKET_IFNAME": ifname}} if ifname else {{}}
+    # Beyond the loopback a rank listens only with a job key (docs/security.md).
+    env = {{"TCCL_AUTH_KEY": "5" * 64}}
+    if ifname:
+        env["TCCL_SOCKET_IFNAME"] = ifname
     res = run_ranks("torch_iface_worker.py", 2, torch_store=True, timeout=60, env=env,
                     per_rank_env=lambda r: {{"MASTER_ADDR": "10.213.7.1"}})
     out[name] = [[r.returncode, r.stdout.strip().splitlines()[-1:] or [r.stderr[-500:]]]
