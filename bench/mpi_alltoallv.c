@@ -20,9 +20,12 @@
 static unsigned long long parse_size(const char* s) {
   char* end = NULL;
   unsigned long long v = strtoull(s, &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10;
-  else if (*end == 'M' || *end == 'm') v <<= 20;
-  else if (*end == 'G' || *end == 'g') v <<= 30;
+  if (*end == 'K' || *end == 'k')
+    v <<= 10;
+  else if (*end == 'M' || *end == 'm')
+    v <<= 20;
+  else if (*end == 'G' || *end == 'g')
+    v <<= 30;
   return v;
 }
 
