@@ -45,8 +45,9 @@ P2PRoom& Communicator::Impl::p2pRoom() {
     if (auto v = config::getEnvInt("TCCL_P2P_POOL_BYTES", 0, int64_t{1} << 34))
       c.poolBytes = static_cast<size_t>(*v);
     c.chunkBytes = std::max<size_t>(boot.segmentBytes, 64 * 1024);
-    p2p.room = std::make_unique<P2PRoom>(*boot.transport, c,
-                                         [this](int peer) { return describePeerHealth(peer); });
+    p2p.room = std::make_unique<P2PRoom>(
+        *boot.transport, c, [this](int peer) { return describePeerHealth(peer); },
+        [this](ErrorInfo& info) { nameRanks(info); });
     // A communicator aborted before its first p2p call: the room starts aborted.
     if (auto cause = currentAbortCause()) p2p.room->abort(*cause);
   }

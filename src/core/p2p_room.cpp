@@ -4,8 +4,9 @@
 
 namespace tccl {
 
-P2PRoom::P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer)
-    : source_(t, std::move(describePeer)),
+P2PRoom::P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer,
+                 std::function<void(ErrorInfo&)> annotate)
+    : source_(t, std::move(describePeer), std::move(annotate)),
       engine_(std::make_shared<P2PEngine>(std::move(config), source_)) {}
 
 P2PRoom::~P2PRoom() = default;

@@ -18,8 +18,12 @@ namespace tccl {
 // The transport's p2p lane as the engine's link source.
 class TransportP2PSource final : public P2PLinkSource {
  public:
-  TransportP2PSource(Transport& t, std::function<std::string(int)> describePeer)
-      : transport_(t), describe_(std::move(describePeer)), events_(t.subscribeLinkEvents()) {}
+  TransportP2PSource(Transport& t, std::function<std::string(int)> describePeer,
+                     std::function<void(ErrorInfo&)> annotate)
+      : transport_(t),
+        describe_(std::move(describePeer)),
+        annotate_(std::move(annotate)),
+        events_(t.subscribeLinkEvents()) {}
   ~TransportP2PSource() override { transport_.unsubscribeLinkEvents(events_); }
   TransportP2PSource(const TransportP2PSource&) = delete;
   TransportP2PSource& operator=(const TransportP2PSource&) = delete;
@@ -29,16 +33,23 @@ class TransportP2PSource final : public P2PLinkSource {
   int serviceFd() override { return events_; }
   uint64_t linksVersion() override { return transport_.linkEventCount(); }
   std::string describePeer(int peer) override { return describe_ ? describe_(peer) : ""; }
+  void annotate(ErrorInfo& info) override {
+    if (annotate_) annotate_(info);
+  }
 
  private:
   Transport& transport_;
   std::function<std::string(int)> describe_;
+  std::function<void(ErrorInfo&)> annotate_;
   int events_;  // our own link-event descriptor (the transport owns it)
 };
 
 class P2PRoom {
  public:
-  P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer);
+  // describePeer: a peer's health for a timeout's message; annotate: completes every
+  // error an operation fails with (the other rank numberings of a sub-communicator).
+  P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)> describePeer,
+          std::function<void(ErrorInfo&)> annotate);
   ~P2PRoom();
 
   // Posts `op`, or records it when this thread is inside a group; a blocking one is

@@ -11,7 +11,12 @@
 namespace tccl {
 
 void Communicator::Impl::invalid(const std::string& msg) const {
-  throwError(ErrorKind::InvalidArgument, msg, boot.rank);
+  ErrorInfo info;
+  info.kind = ErrorKind::InvalidArgument;
+  info.message = msg;
+  info.rank = boot.rank;
+  nameRanks(info);  // a sub-communicator's rank in its parent's and the world's numbering
+  throwError(std::move(info));
 }
 
 void Communicator::Impl::invalidCall(const PreparedCall& call, const std::string& why) const {

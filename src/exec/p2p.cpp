@@ -556,6 +556,7 @@ void P2PEngine::finish(const P2PHandle& op, std::vector<P2PHandle>& completed) {
 
 void P2PEngine::fail(const P2PHandle& op, ErrorInfo info, std::vector<P2PHandle>& completed) {
   if (op->state == P2POp::State::Done) return;
+  source_.annotate(info);
   try {
     throwError(std::move(info));
   } catch (...) {

@@ -83,6 +83,9 @@ class P2PLinkSource {
   // What is known of the peer's health, for a timeout's message ("its heartbeat is
   // alive, last beat 20 ms ago"); may be empty.
   virtual std::string describePeer(int peer) = 0;
+  // Adds what the owner knows to an operation's error before it reaches the caller (a
+  // sub-communicator names its ranks' parent and world numbers too).
+  virtual void annotate(ErrorInfo& /*info*/) {}
 };
 
 // The outcome of one operation.

@@ -1,8 +1,8 @@
 // Communicator::split (MPI_Comm_split semantics) with ranks as threads over one HashStore:
 // the membership and order against an independent count, exact collectives on the
 // children, nested splits, parent and child driven at once from two threads, a bad color,
-// a failure in a child naming child, parent and world ranks, shrink after split and split
-// after shrink. (Processes and the torch backend: tests/python/test_split.py.)
+// a failure in a child naming child, parent and world ranks (collectives and p2p), shrink after
+// split and split after shrink. (Processes and the torch backend: tests/python/test_split.py.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -236,6 +236,46 @@ TEST(Split, FailureInAChildNamesChildParentAndWorldRanks) {
         EXPECT_EQ(y, 15);
       },
       opts);
+}
+
+TEST(Split, PointToPointErrorsOnAChildNameEveryNumbering) {
+  // World 4; the child of the odd ranks, reversed: child rank 0 = world 3, 1 = world 1.
+  // Child rank 0 waits for a message child rank 1 never sends: the timeout names the peer
+  // as child rank 1, parent rank 1, world rank 1, and this rank as world rank 3. A send to
+  // a rank outside the child is an argument error naming this rank in every numbering.
+  runRanks(4, [](Communicator& world) {
+    const int w = world.rank();
+    auto child = world.split(w % 2 == 1 ? 0 : Communicator::kNoColor, -w);
+    if (child && child->rank() == 0) {
+      int32_t x = 0;
+      CollectiveOptions o;
+      o.timeout = 400ms;
+      try {
+        child->recv(&x, 1, DataType::Int32, 1, 7, o);
+        ADD_FAILURE() << "a receive nobody sends to completed";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.kind(), ErrorKind::Timeout) << what;
+        EXPECT_EQ(e.info().peer, 1) << what;
+        EXPECT_EQ(e.info().peerAlso.parent, 1) << what;
+        EXPECT_EQ(e.info().peerAlso.world, 1) << what;
+        EXPECT_EQ(e.info().rankAlso.parent, 3) << what;
+        EXPECT_EQ(e.info().rankAlso.world, 3) << what;
+        EXPECT_NE(what.find("rank 0 (parent rank 3, world rank 3)"), std::string::npos) << what;
+        EXPECT_NE(what.find("rank 1 (parent rank 1, world rank 1)"), std::string::npos) << what;
+      }
+      try {
+        child->send(&x, 1, DataType::Int32, 2, 0);
+        ADD_FAILURE() << "a send to child rank 2 of 2 was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+        EXPECT_EQ(e.info().rankAlso.world, 3) << e.what();
+        EXPECT_NE(std::string(e.what()).find("(parent rank 3, world rank 3)"), std::string::npos)
+            << e.what();
+      }
+    }
+    world.barrier();  // child rank 1 stays until the timeout has been seen
+  });
 }
 
 TEST(Split, ShrinkAfterSplitAndSplitAfterShrink) {
