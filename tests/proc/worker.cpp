@@ -236,18 +236,20 @@ algo::HostLayout gHosts;
 // The payload bytes each algorithm's closed form says rank r sends (docs/algorithms.md).
 uint64_t closedFormBytesSent(Algorithm a, size_t count, size_t elem, int n, int r) {
   switch (a) {
+    // Every one from the docs' own formulas (tests/common/expected_bytes.hpp), not from
+    // src/algorithms; hier takes only the ranks' hosts from the topology.
     case Algorithm::Hierarchical:
-      return algo::hierBytesSent(gHosts, count, elem, r).total();
-    case Algorithm::Ring:  // the ring and naive from the docs' own formulas, not src/algorithms
+      return testing::hierSentBytes(gHosts.hostOf, count, elem, r).total();
+    case Algorithm::Ring:
       return testing::ringSentBytes(count, elem, n, r);
     case Algorithm::Naive:
       return testing::naiveSentBytes(count, elem, n);
     case Algorithm::Tree:
-      return algo::treeBytesSent(count, elem, n, r);
+      return testing::treeSentBytes(count, elem, n, r);
     case Algorithm::HalvingDoubling:
-      return algo::hdBytesSent(count, elem, n, r);
+      return testing::hdSentBytes(count, elem, n, r);
     case Algorithm::RecursiveDoubling:
-      return algo::rdBytesSent(count, elem, n, r);
+      return testing::rdSentBytes(count, elem, n, r);
     default:
       die(std::string("no closed form for ") + std::string(toString(a)));
   }
@@ -372,7 +374,7 @@ void runHier(Communicator& comm, const std::vector<int>& hostOf, const std::vect
                 hosts.hostOf[static_cast<size_t>(peer)] == hosts.hostOf[static_cast<size_t>(r)];
             (same ? got.intra : got.inter) += c.payloadSent;
           }
-          const algo::HostBytes want = algo::hierBytesSent(hosts, count, elem, r);
+          const auto want = testing::hierSentBytes(hosts.hostOf, count, elem, r);
           if (got.intra != want.intra || got.inter != want.inter) {
             die(what.str() + ": bytes to this host's ranks " + std::to_string(got.intra) +
                 ", to other hosts " + std::to_string(got.inter) + "; closed forms " +

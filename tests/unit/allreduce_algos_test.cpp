@@ -55,19 +55,20 @@ std::vector<Schedule> schedules(Algorithm a, int n, size_t count, size_t seg) {
   return all;
 }
 
-// The closed form for rank r's payload bytes.
+// The closed form for rank r's payload bytes, from the docs' formulas (tests/common), not
+// from src/algorithms' own closed forms.
 uint64_t closedFormBytes(Algorithm a, size_t count, size_t elem, int n, int r) {
   switch (a) {
-    case Algorithm::Ring:  // from the docs' formulas (tests/common), not src/algorithms'
+    case Algorithm::Ring:
       return tccl::testing::ringSentBytes(count, elem, n, r);
     case Algorithm::Naive:
       return tccl::testing::naiveSentBytes(count, elem, n);
     case Algorithm::Tree:
-      return treeBytesSent(count, elem, n, r);
+      return tccl::testing::treeSentBytes(count, elem, n, r);
     case Algorithm::HalvingDoubling:
-      return hdBytesSent(count, elem, n, r);
+      return tccl::testing::hdSentBytes(count, elem, n, r);
     case Algorithm::RecursiveDoubling:
-      return rdBytesSent(count, elem, n, r);
+      return tccl::testing::rdSentBytes(count, elem, n, r);
     default:
       return ~uint64_t{0};
   }
@@ -219,6 +220,49 @@ TEST(AllreduceClosedForms, MaxBytesFactorsAreTheBusiestRank) {
     EXPECT_EQ(static_cast<double>(tree), treeMaxBytesFactor(n) * v);
     EXPECT_EQ(static_cast<double>(hd), hdMaxBytesFactor(n) * v);
     EXPECT_EQ(static_cast<double>(rd), rdMaxBytesFactor(n) * v);
+  }
+}
+
+TEST(AllreduceClosedForms, LibraryFormsAgreeWithTheDocsFormulas) {
+  // src/algorithms' closed forms (which the cost model and tccl bench use) against the
+  // tests' own, written from docs/algorithms.md; the schedules are checked against the
+  // latter (AllreduceAlgos.StructureOverGrid, the hier tests, the multi-process grid).
+  for (int n = 1; n <= 70; ++n) {
+    for (size_t count : countGrid(n, 1000003, 4096)) {
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " count=" + std::to_string(count) +
+                     " r=" + std::to_string(r));
+        ASSERT_EQ(treeBytesSent(count, 4, n, r), tccl::testing::treeSentBytes(count, 4, n, r));
+        ASSERT_EQ(hdBytesSent(count, 4, n, r), tccl::testing::hdSentBytes(count, 4, n, r));
+        ASSERT_EQ(rdBytesSent(count, 4, n, r), tccl::testing::rdSentBytes(count, 4, n, r));
+      }
+    }
+  }
+  // Hosts given as keys in any order (round robin, blocks, uneven, one host, all apart).
+  const std::vector<std::vector<int>> keyings = {{0},
+                                                 {0, 0},
+                                                 {0, 1},
+                                                 {5, 5, 7, 7},
+                                                 {0, 1, 0, 1},
+                                                 {3, 3, 3, 9},
+                                                 {1, 2, 2, 2, 1},
+                                                 {0, 1, 2, 0, 1, 2},
+                                                 {4, 4, 4, 4, 4, 4, 4},
+                                                 {0, 1, 2, 3, 4},
+                                                 {2, 0, 1, 0, 2, 1, 0, 1}};
+  for (const auto& keys : keyings) {
+    std::vector<std::string> names;
+    for (int k : keys) names.push_back("host" + std::to_string(k));
+    const HostLayout h = HostLayout::fromKeys(names);
+    for (size_t count : countGrid(static_cast<int>(keys.size()), 100003, 96)) {
+      for (int r = 0; r < static_cast<int>(keys.size()); ++r) {
+        SCOPED_TRACE(h.describe() + " count=" + std::to_string(count) + " r=" + std::to_string(r));
+        const HostBytes lib = hierBytesSent(h, count, 8, r);
+        const auto doc = tccl::testing::hierSentBytes(keys, count, 8, r);
+        ASSERT_EQ(lib.intra, doc.intra);
+        ASSERT_EQ(lib.inter, doc.inter);
+      }
+    }
   }
 }
 

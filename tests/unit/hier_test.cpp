@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/expected_bytes.hpp"
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
@@ -153,7 +154,8 @@ void checkStructure(const HostLayout& h, size_t count, size_t seg) {
             h.hostOf[static_cast<size_t>(op.peer)] == h.hostOf[static_cast<size_t>(r)];
         (same ? got.intra : got.inter) += op.range.count * elem;
       }
-      const HostBytes want = hierBytesSent(h, count, elem, r);
+      // From the docs' formula (tests/common), not src/algorithms' hierBytesSent.
+      const auto want = tccl::testing::hierSentBytes(h.hostOf, count, elem, r);
       ASSERT_EQ(got.intra, want.intra) << "elem " << elem;
       ASSERT_EQ(got.inter, want.inter) << "elem " << elem;
       ASSERT_EQ(s.bytesSent(elem), want.total());
@@ -637,7 +639,7 @@ TEST(HierarchicalCommunicator, ExactResultsAndBytesSplitByHost) {
                 layout.hostOf[static_cast<size_t>(peer)] == layout.hostOf[static_cast<size_t>(r)];
             (same ? got.intra : got.inter) += c.payloadSent;
           }
-          const algo::HostBytes want = algo::hierBytesSent(layout, count, 8, r);
+          const auto want = tccl::testing::hierSentBytes(layout.hostOf, count, 8, r);
           EXPECT_EQ(got.intra, want.intra) << "count " << count;
           EXPECT_EQ(got.inter, want.inter) << "count " << count;
         }
