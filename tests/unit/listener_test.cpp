@@ -22,6 +22,7 @@
 
 #include "auth/auth.hpp"
 #include "net/socket.hpp"
+#include "sanitized.hpp"
 #include "scoped_env.hpp"
 #include "tccl/error.hpp"
 #include "tccl/store.hpp"
@@ -240,6 +241,7 @@ double cpuSeconds() {
 }
 
 TEST(Listener, OutOfDescriptorsTheServiceThreadBacksOffInsteadOfSpinning) {
+  TCCL_SKIP_WITHOUT_DESCRIPTORS_UNDER_SANITIZERS();
   // A child with a low descriptor limit hosts the listener; this process floods it. Before
   // the fix the queued connections kept the listener readable while accept(2) failed with
   // EMFILE, and the service thread spun a core.

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "net/socket.hpp"
+#include "sanitized.hpp"
 #include "scoped_env.hpp"
 #include "store/store_protocol.hpp"
 #include "store_testing.hpp"
@@ -196,6 +197,7 @@ TEST(StoreLimits, SilentStrangersTimeOutAndFreeTheirSlots) {
 // A server that runs out of descriptors must not spin: accept() fails with EMFILE while
 // clients wait in the backlog, and the loop pauses accepting instead of retrying at once.
 TEST(StoreLimits, OutOfDescriptorsBacksOffInsteadOfSpinning) {
+  TCCL_SKIP_WITHOUT_DESCRIPTORS_UNDER_SANITIZERS();
   int toChild[2];
   int toParent[2];
   ASSERT_EQ(::pipe(toChild), 0);
