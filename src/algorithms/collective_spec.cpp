@@ -535,6 +535,12 @@ std::optional<Algorithm> resolveAtIssue(Collective c, Algorithm requested, int n
 
 // ---- schedules and bytes ---------------------------------------------------------------
 
+bool sameBuild(const BuildArgs& a, const BuildArgs& b) {
+  return a.collective == b.collective && a.rank == b.rank && a.n == b.n && a.root == b.root &&
+         a.count == b.count && a.segElems == b.segElems && a.algorithm == b.algorithm &&
+         a.hosts == b.hosts && a.inPlace == b.inPlace && a.v == b.v;
+}
+
 BuiltSchedule build(const BuildArgs& a) {
   check(a);
   return spec(a.collective).build(a);

@@ -88,7 +88,7 @@ enum class AutoChoice : uint8_t {
 };
 
 // One rank's view of one call: what the builder and the byte closed forms need.
-struct BuildArgs {
+struct BuildArgs {  // sameBuild() below compares every field: a new one goes there too
   Collective collective = Collective::AllReduce;
   int rank = 0;
   int n = 1;
@@ -105,6 +105,11 @@ struct BuildArgs {
   // reduce_scatter_v recvCounts[rank], alltoallv the sum of its send counts.
   const VCounts* v = nullptr;
 };
+
+// Whether two calls get the same schedule from build(): every argument equal (the
+// uneven collectives' counts are compared by address only, so callers reuse a schedule
+// only for v == nullptr).
+bool sameBuild(const BuildArgs& a, const BuildArgs& b);
 
 // A built schedule with what the executor needs besides the ops.
 struct BuiltSchedule {

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/collective_spec.hpp"
 #include "algorithms/schedule.hpp"
 #include "algorithms/select.hpp"
 #include "core/call.hpp"
@@ -59,6 +60,8 @@ struct Communicator::Impl {
     // Set with abortCause; read by the executor, which also polls wakeFd (an eventfd
     // made readable on abort) so that an abort from another thread ends its wait.
     std::atomic<bool> abortFlag{false};
+    // Set (under abortMu) once abortCause is: checkUsable's lock-free look on every call.
+    std::atomic<bool> hasCause{false};
     int wakeFd = -1;
     std::optional<FaultSpec> fault;         // TCCL_FAULT
     std::chrono::milliseconds hbPeriod{0};  // 0: no heartbeats
@@ -129,6 +132,19 @@ struct Communicator::Impl {
     // over, and the model's answer for a size never changes.
     size_t autoMemoBytes = SIZE_MAX;
     Algorithm autoMemoAlgo = Algorithm::Ring;
+    // Per-call work a loop of calls need not redo (progress.cpp): the hosts were read
+    // (no planning wait is left); the peers a schedule was connected to before (links
+    // are never removed, so connect() has nothing to do for them); the collective lane's
+    // connected peers as of the transport's collectiveLinksVersion().
+    bool hostsRead = false;
+    struct ScheduleMemo {
+      bool valid = false;
+      algo::BuildArgs args;
+      algo::BuiltSchedule built;
+    } memo;
+    std::vector<char> connectedOnce;
+    uint64_t watchVersion = 0;
+    std::vector<int> watchPeers;
   } exec;
 
   // ---- point to point (p2p_calls.cpp, p2p_room.hpp): made on the first p2p call; mu
@@ -136,6 +152,8 @@ struct Communicator::Impl {
   struct P2P {
     std::mutex mu;
     std::unique_ptr<P2PRoom> room;
+    // room.get() for every collective's look (inGroup) without the lock.
+    std::atomic<P2PRoom*> published{nullptr};
   } p2p;
 
   // ---- the call queue (progress.cpp): issueMu guards all of it but `last` ---------------
@@ -200,8 +218,9 @@ struct Communicator::Impl {
   void beginStats(const PreparedCall& call, CallStats* stats) const;
   void planSchedule(const PreparedCall& call, CallPlan& plan, Deadline deadline, int64_t timeoutMs);
   const Topology& readHosts(const PreparedCall& call, Deadline deadline, int64_t timeoutMs);
-  void fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
-                   int64_t timeoutMs) const;
+  void fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline, int64_t timeoutMs);
+  // The collective lane's connected peers, which a call watches for aborts (cached).
+  const std::vector<int>& watchedPeers();
   Running runningOf(const PreparedCall& call, const CallPlan& plan, int64_t timeoutMs) const;
   void runSchedule(const PreparedCall& call, CallPlan& plan, int64_t timeoutMs);
   void countTraffic(const CommStats& before, CallStats* stats) const;

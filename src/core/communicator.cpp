@@ -83,6 +83,7 @@ Communicator::Impl::~Impl() {
   {
     // Before the transport whose p2p links it uses; fails what is still pending.
     std::lock_guard<std::mutex> lk(p2p.mu);
+    p2p.published.store(nullptr, std::memory_order_release);
     p2p.room.reset();
   }
   stopHeartbeat();

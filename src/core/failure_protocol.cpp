@@ -32,6 +32,7 @@ ErrorInfo Communicator::Impl::setAbortCause(const ErrorInfo& info) {
     std::lock_guard<std::mutex> lk(failure.abortMu);
     first = !failure.abortCause;
     if (first) failure.abortCause = info;
+    failure.hasCause.store(true, std::memory_order_release);
     stands = *failure.abortCause;
   }
   // Point-to-point operations fail with the communicator: pending ones now, later
@@ -48,6 +49,8 @@ std::optional<ErrorInfo> Communicator::Impl::currentAbortCause() const {
 }
 
 void Communicator::Impl::checkUsable() const {
+  // Every call passes here: no lock until a cause exists (it is never cleared).
+  if (!failure.hasCause.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lk(failure.abortMu);
   if (!failure.abortCause) return;
   ErrorInfo cause = *failure.abortCause;

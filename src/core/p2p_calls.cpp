@@ -29,8 +29,7 @@ void Communicator::Impl::checkP2P(bool isSend, const void* buf, size_t count, Da
 }
 
 P2PRoom* Communicator::Impl::p2pRoomIfAny() {
-  std::lock_guard<std::mutex> lk(p2p.mu);
-  return p2p.room.get();
+  return p2p.published.load(std::memory_order_acquire);
 }
 
 P2PRoom& Communicator::Impl::p2pRoom() {
@@ -50,6 +49,7 @@ P2PRoom& Communicator::Impl::p2pRoom() {
         [this](ErrorInfo& info) { nameRanks(info); });
     // A communicator aborted before its first p2p call: the room starts aborted.
     if (auto cause = currentAbortCause()) p2p.room->abort(*cause);
+    p2p.published.store(p2p.room.get(), std::memory_order_release);
   }
   return *p2p.room;
 }

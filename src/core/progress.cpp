@@ -14,7 +14,7 @@ namespace tccl {
 
 // What execute hands from one step to the next.
 struct CallPlan {
-  algo::Schedule schedule;
+  const algo::Schedule* schedule = nullptr;  // exec.memo's (planSchedule)
   ExecContext ctx;
   std::vector<uint8_t> inputCopy;  // naive all-reduce in place works from a copy
 };
@@ -131,6 +131,7 @@ const Topology& Communicator::Impl::readHosts(const PreparedCall& call, Deadline
                                               int64_t timeoutMs) {
   try {
     boot.topology->layout(deadline);
+    exec.hostsRead = true;
   } catch (const Error& e) {
     ErrorInfo info = e.info();
     info.collective = algo::spec(call.kind).name;
@@ -151,7 +152,11 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
   // The call as issued, until its plan says more: what failCall reports if the plan
   // itself fails (reading the hosts).
   Running what = runningOf(call, plan, timeoutMs);
-  planCall(what);
+  // Only reading the hosts can wait before the call is entered, and only the first time.
+  const bool mayReadHosts = call.algorithm == Algorithm::Hierarchical ||
+                            (call.algorithm == Algorithm::Auto &&
+                             algo::spec(call.kind).autoChoice == algo::AutoChoice::Allreduce);
+  if (mayReadHosts && !exec.hostsRead) planCall(what);
   const CommStats before = boot.transport->stats();
   try {
     if (call.algorithm == Algorithm::Auto &&
@@ -159,7 +164,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
       chooseAuto(call, deadline, timeoutMs);
     beginStats(call, stats);
     planSchedule(call, plan, deadline, timeoutMs);
-    if (stats->algorithm.empty()) stats->algorithm = plan.schedule.algorithm;
+    if (stats->algorithm.empty()) stats->algorithm = plan.schedule->algorithm;
     fillContext(call, plan, deadline, timeoutMs);
     what = runningOf(call, plan, timeoutMs);
     enterCall(call.seq, what);
@@ -221,8 +226,18 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, 
                    ? &readHosts(call, deadline, timeoutMs).layout(deadline)
                    : nullptr;
   args.inPlace = call.inPlace;
-  algo::BuiltSchedule built = algo::build(args);
-  plan.schedule = std::move(built.schedule);
+  // A loop of calls repeats one shape: the schedule depends only on the build
+  // arguments, so the last one is kept (the uneven calls' counts live outside them, so
+  // those are built every time).
+  Exec::ScheduleMemo& memo = exec.memo;
+  if (!memo.valid || args.v != nullptr || !algo::sameBuild(args, memo.args)) {
+    memo.valid = false;
+    memo.built = algo::build(args);
+    memo.args = args;
+    memo.valid = args.v == nullptr;
+  }
+  const algo::BuiltSchedule& built = memo.built;
+  plan.schedule = &built.schedule;
   ExecContext& ctx = plan.ctx;
   ctx.inputOrigin = built.inputOrigin;
   ctx.outputOrigin = built.outputOrigin;
@@ -232,7 +247,7 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, 
     plan.inputCopy.assign(in, in + algo::inputElems(args) * elem);
     in = plan.inputCopy.data();
   }
-  const algo::Schedule& schedule = plan.schedule;
+  const algo::Schedule& schedule = *plan.schedule;
   if (schedule.scratchElems * elem > exec.scratch.size())
     exec.scratch.resize(schedule.scratchElems * elem);
   ctx.input = in;
@@ -241,7 +256,7 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, 
 }
 
 void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, Deadline deadline,
-                                     int64_t timeoutMs) const {
+                                     int64_t timeoutMs) {
   const std::string_view name = algo::spec(call.kind).name;
   ExecContext& ctx = plan.ctx;
   ctx.dtype = call.dtype;
@@ -264,7 +279,7 @@ void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, D
   ctx.spinMicros = boot.spinMicros;
   ctx.wakeFd = failure.wakeFd;
   ctx.abortFlag = &failure.abortFlag;
-  ctx.watchPeers = boot.transport->connectedPeers();
+  ctx.watchPeers = watchedPeers();
   const auto& fault = failure.fault;
   if (fault && (fault->seq < 0 || fault->seq == call.seq)) ctx.fault = &*fault;
 }
@@ -289,19 +304,35 @@ Running Communicator::Impl::runningOf(const PreparedCall& call, const CallPlan& 
 
 // Connects the schedule's peers (a failure there names the phase "connect"), then runs it.
 void Communicator::Impl::runSchedule(const PreparedCall& call, CallPlan& plan, int64_t timeoutMs) {
-  if (plan.schedule.ops.empty()) return;
+  if (plan.schedule->ops.empty()) return;
   try {
-    boot.transport->connect(plan.schedule.peers, plan.ctx.deadline);
+    std::vector<char>& once = exec.connectedOnce;
+    once.resize(static_cast<size_t>(boot.size), 0);
+    const bool known = std::all_of(plan.schedule->peers.begin(), plan.schedule->peers.end(),
+                                   [&](int p) { return once[static_cast<size_t>(p)] != 0; });
+    if (!known) {
+      boot.transport->connect(plan.schedule->peers, plan.ctx.deadline);
+      for (int p : plan.schedule->peers) once[static_cast<size_t>(p)] = 1;
+    }
   } catch (const Error& e) {
     ErrorInfo info = e.info();
     info.collective = algo::spec(call.kind).name;
     info.seq = call.seq;
-    info.algorithm = plan.schedule.algorithm;
+    info.algorithm = plan.schedule->algorithm;
     info.phase = "connect";
     info.timeoutMs = timeoutMs;
     throwError(std::move(info));
   }
-  exec.executor.run(plan.schedule, plan.ctx, *boot.transport);
+  exec.executor.run(*plan.schedule, plan.ctx, *boot.transport);
+}
+
+const std::vector<int>& Communicator::Impl::watchedPeers() {
+  const uint64_t v = boot.transport->collectiveLinksVersion();
+  if (v != exec.watchVersion) {
+    exec.watchPeers = boot.transport->connectedPeers();
+    exec.watchVersion = v;
+  }
+  return exec.watchPeers;
 }
 
 void Communicator::Impl::countTraffic(const CommStats& before, CallStats* stats) const {

@@ -152,6 +152,7 @@ void Transport::closeAllLocked(Lane lane) {
   // report a mismatch still sees our header), then end-of-file. A full close with
   // unread input would send a reset that discards that data. The descriptors close
   // with the transport.
+  if (lane == Lane::Collective) collectiveVersion_.fetch_add(1, std::memory_order_acq_rel);
   for (auto& [key, l] : links_) {
     if (key.second == lane) l->shutdownWrite();
   }
@@ -204,6 +205,7 @@ void Transport::addLink(Pending& p) {
                                  << (p.lane == Lane::P2P ? " (p2p lane)" : "")
                                  << (cfg_.authKey ? " (authenticated)" : ""));
   links_[{p.peer, p.lane}] = std::move(l);
+  if (p.lane == Lane::Collective) collectiveVersion_.fetch_add(1, std::memory_order_acq_rel);
   wakeOthers(-1);
   if (p.lane == Lane::P2P) signalLinkEvent();
 }

@@ -126,6 +126,11 @@ class Transport : public LinkProvider {
   void abortAll(const wire::MessageHeader& abortHeader, Lane lane = Lane::Collective);
   // The peers with an open link on `lane`.
   std::vector<int> connectedPeers(Lane lane) const;
+  // Changes whenever connectedPeers(Lane::Collective) may have changed (a link made or
+  // the lane closed): a caller that saw the same value may keep its last answer.
+  uint64_t collectiveLinksVersion() const {
+    return collectiveVersion_.load(std::memory_order_acquire);
+  }
 
   // ---- the p2p lane (docs/protocol.md, "Connections") ----
   // The p2p link to `peer` once it is up, else nullptr, having started a dial unless one
@@ -270,6 +275,7 @@ class Transport : public LinkProvider {
   std::mutex subscribersMu_;  // below mu_: signalLinkEvent runs under mu_
   std::vector<net::Fd> linkSubscribers_;
   std::atomic<uint64_t> linkEvents_{1};
+  std::atomic<uint64_t> collectiveVersion_{1};  // collectiveLinksVersion()
   std::atomic<bool> stopping_{false};
   std::set<int> dialling_;               // p2p dials before their pending entry exists
   std::map<int, ErrorInfo> dialErrors_;  // p2p dials that failed, for tryLink
