@@ -214,7 +214,9 @@ std::optional<uint64_t> scatterSent(const BuildArgs& a, size_t e) {
 
 // ---- the rows ----------------------------------------------------------------------------
 
-std::vector<CollectiveSpec> makeTable() {
+// Out of line, so that the table's accessor (on every call's path, several times) stays
+// a load and a test instead of saving the registers the construction needs.
+[[gnu::noinline]] std::vector<CollectiveSpec> makeTable() {
   std::vector<CollectiveSpec> t(kCollectiveCount);
   auto row = [&](Collective c) -> CollectiveSpec& {
     CollectiveSpec& r = t[static_cast<size_t>(c)];
@@ -382,11 +384,15 @@ const std::vector<CollectiveSpec>& collectiveTable() {
   return kTable;
 }
 
+namespace {
+[[noreturn, gnu::noinline, gnu::cold]] void unknownCollective(size_t i) {
+  throwError(ErrorKind::InvalidArgument, "unknown collective " + std::to_string(i));
+}
+}  // namespace
+
 const CollectiveSpec& spec(Collective c) {
   const auto i = static_cast<size_t>(c);
-  if (i >= kCollectiveCount) {
-    throwError(ErrorKind::InvalidArgument, "unknown collective " + std::to_string(i));
-  }
+  if (i >= kCollectiveCount) unknownCollective(i);
   return collectiveTable()[i];
 }
 
