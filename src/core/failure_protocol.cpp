@@ -182,16 +182,17 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
 
 // A timeout: every record, then a census (every live rank writes a fresh record within
 // one of its watch's periods), then every record again three periods later (a watch of a
-// loaded host may be late by a period, and must not be taken for a stopped one; a rank
-// outside any call watches at the communicator's period, which may be the longer). A
+// loaded host may be late by a period, and must not be taken for a stopped one). A
 // stopped or dead rank's beat does not advance; a rank that never ran has no record.
+// (A rank outside any call watches at the communicator's period: with a per-call
+// timeout far below the communicator's it may answer too late, as its beat came too
+// late before the census; the verdict stays within twice the call's timeout.)
 void Communicator::Impl::judgeTimeoutCause(ErrorInfo& c, const ErrorInfo& local,
                                            const PreparedCall& call, const Running& what,
                                            std::chrono::milliseconds period) {
   auto first = readHeartbeats(*boot.store);
   postEvent(failure::Event::Kind::Census);
-  std::this_thread::sleep_for(std::max(3 * period, failure.hbPeriod + period) +
-                              std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(3 * period + std::chrono::milliseconds(50));
   auto second = readHeartbeats(*boot.store);
   auto v = failure::judgeTimeout(boot.rank, boot.size, call.seq, what.fingerprint, first, second,
                                  local.peer);
