@@ -219,7 +219,9 @@ TEST(HeartbeatLoad, AStuckCollectiveCostsLinearlyManyRequestsNotPerPeriod) {
 // it. Rank 2 stops answering (its store fails, as a stopped process's watch would not
 // run): "its heartbeat stopped". Rank 2 alive and answering: "alive but has not entered".
 TEST(HeartbeatCensus, NamesARankThatStopsAnsweringAndOneThatIsAliveButBehind) {
-  testing::ScopedEnv hb("TCCL_HEARTBEAT_MS", std::to_string(kPeriodMs).c_str());
+  // Periods of 100 ms (the call's tenth): the decider waits 350 ms for the answers, a
+  // margin of 250 ms over one look for a loaded machine.
+  testing::ScopedEnv hb("TCCL_HEARTBEAT_MS", "100");
   for (bool answers : {false, true}) {
     SCOPED_TRACE(answers ? "rank 2 answers" : "rank 2 stopped");
     const int n = 3;
@@ -231,7 +233,7 @@ TEST(HeartbeatCensus, NamesARankThatStopsAnsweringAndOneThatIsAliveButBehind) {
     std::atomic<int> reported{0};
     CollectiveOptions o;
     o.algorithm = Algorithm::Ring;
-    o.timeout = 600ms;
+    o.timeout = 1000ms;
     runCounted(n, counts, stores, [&](int r, Communicator& comm) {
       allreduceChecked(comm, o);
       sync.arrive_and_wait();
