@@ -141,7 +141,12 @@ void Communicator::Impl::HeartbeatHub::pass(const std::vector<Communicator::Impl
       ++seen_;
       if (!e) continue;
       for (Communicator::Impl* m : now) {
-        if (e->concerns(m->boot.jobId, m->boot.options.name, m->boot.rank)) m->answerEvent(*e);
+        if (!e->concerns(m->boot.jobId, m->boot.options.name, m->boot.rank)) continue;
+        try {
+          m->answerEvent(*e);
+        } catch (const std::exception&) {
+          // This member's answer is lost (its census sees it silent); the next one's is not.
+        }
       }
     }
   } catch (const std::exception&) {
