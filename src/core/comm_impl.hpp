@@ -86,6 +86,12 @@ struct Communicator::Impl {
     int64_t enteredSeq = -1;
     int64_t completedSeq = -1;
     int shrinks = 0;  // shrink() calls so far (the thread that calls shrink)
+    // The hub's thread only (and the constructor, before it joins the hub): the record's
+    // beat (one more for every record published), and the stuck watch's collective.
+    int64_t hbBeat = 0;
+    int64_t stuckSeq = -1;
+    std::chrono::steady_clock::time_point stuckSince;
+    bool stuckCounted = false;  // counted into stuck/<stuckSeq>
   } failure;
 
   // ---- bootstrap and topology (bootstrap.cpp): set by the constructor, then read-only
@@ -237,10 +243,17 @@ struct Communicator::Impl {
   void stopHeartbeat();
   // The member's period now (its own, or its running or planned call's if shorter).
   std::chrono::milliseconds currentPeriod();
-  // One period's work: publish this rank's record, adopt a cause another rank decided.
-  void publishHeartbeat(int64_t beat);
-  // Inside collective #entered for a full period: compare what the ranks inside it run.
-  void compareWhileStuck(int64_t beat, int64_t entered);
+  // The hub's thread: write this rank's record with the next beat; act on an event of
+  // the family's log that concerns this member (census: publish; cause: adopt it).
+  void publishRecord();
+  void answerEvent(const failure::Event& e);
+  // The hub's thread, every pass: inside one collective for a full period, publish the
+  // record and count in once; compare (compareStuck) when the count says so.
+  void watchStuck();
+  void compareStuck(int64_t entered);
+  // Appends an event about this communicator to the family's log (census: target -1 for
+  // every rank); nothing when heartbeats are off.
+  void postEvent(failure::Event::Kind kind, int target = -1);
   failure::Heartbeat ownHeartbeat(int64_t beat);
   // Every other rank's heartbeat record now (absent: none published).
   std::map<int, failure::Heartbeat> readHeartbeats(Store& from);
@@ -281,7 +294,8 @@ struct Communicator::Impl {
   std::string culpritSignature(const ErrorInfo& cause);
   void abortNow(const std::string& reason);
   // What the heartbeats say of `peer` now (alive, stopped, no record), for a
-  // point-to-point timeout's message; reads its record twice, a period and a half apart.
+  // point-to-point timeout's message; reads its record, asks the peer alone for a fresh
+  // one (census), and reads it again two periods (at most period + 1 s) later.
   std::string describePeerHealth(int peer);
 
   // ---- point to point (p2p_calls.cpp) ----------------------------------------------------
@@ -297,33 +311,33 @@ struct Communicator::Impl {
   std::vector<int> agreeOnSurvivors(std::chrono::milliseconds wait);
 };
 
-// One heartbeat thread for a family of communicators: the root one (made by the public
-// constructor) and every communicator split or shrunk from it in this process. It beats
-// each member on that member's own period (heartbeat.cpp), so that sub-communicators add
-// no thread. Held by every member; the thread ends with the last.
+// One watch thread for a family of communicators: the root one (made by the public
+// constructor) and every communicator split or shrunk from it in this process, so that
+// sub-communicators add no thread. Its log is the family's event log (ev/<n> in the
+// root's namespace), read with one CHECK per pass however many members there are. Held
+// by every member; the thread ends with the last.
 class Communicator::Impl::HeartbeatHub {
  public:
+  explicit HeartbeatHub(std::shared_ptr<Store> log);
   ~HeartbeatHub();
-  // Starts beating `m` (and the thread, on the first member).
+  // Starts watching `m` (and the thread, on the first member).
   void add(Communicator::Impl* m);
-  // Stops beating `m`; waits while the thread is beating it.
+  // Stops watching `m`; waits while a pass runs.
   void remove(Communicator::Impl* m);
   // A member's period became shorter (a call with a shorter timeout began).
   void poke();
+  // Appends an event to the log (any thread).
+  void post(const failure::Event& e);
 
  private:
   void loop();
-  struct Member {
-    Communicator::Impl* impl = nullptr;
-    int64_t beat = 0;
-    int64_t stuckSeq = -1;  // the collective this member has been inside for a while
-    int stuckBeats = 0;
-    std::chrono::steady_clock::time_point last;  // when it last beat
-  };
-  std::mutex mu;  // guards everything here
+  void pass(const std::vector<Communicator::Impl*>& now);
+  const std::shared_ptr<Store> log_;  // immutable
+  int64_t seen_ = 0;                  // the log's events read so far (the thread's)
+  std::mutex mu;                      // guards what follows
   std::condition_variable cv;
-  std::vector<Member> members;
-  Communicator::Impl* busy = nullptr;  // being beaten now, outside mu
+  std::vector<Communicator::Impl*> members;
+  bool passing = false;  // a pass runs, outside mu, over a copy of members
   bool stop = false;
   std::thread thread;
 };

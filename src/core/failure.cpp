@@ -65,7 +65,42 @@ std::string shrinkAlive(int shrink, int rank) {
 }
 std::string shrinkCount(int shrink) { return "shrink/" + std::to_string(shrink) + "/count"; }
 std::string shrinkMembers(int shrink) { return "shrink/" + std::to_string(shrink) + "/members"; }
+std::string stuck(int64_t seq) { return "stuck/" + std::to_string(seq); }
+std::string event(int64_t n) { return "ev/" + std::to_string(n); }
 }  // namespace keys
+
+bool Event::concerns(uint64_t ofJob, const std::string& ofComm, int rank) const {
+  if (job != ofJob || comm != ofComm) return false;
+  return kind == Kind::Cause || target < 0 || target == rank;
+}
+
+std::string encodeEvent(const Event& e) {
+  return std::string(e.kind == Event::Kind::Census ? "census " : "cause ") + std::to_string(e.job) +
+         " " + std::to_string(e.target) + " " + e.comm;
+}
+
+std::optional<Event> decodeEvent(const std::string& s) {
+  Event e;
+  std::string_view rest = s;
+  auto word = [&]() {
+    const size_t sp = rest.find(' ');
+    std::string_view w = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    return w;
+  };
+  const std::string_view kind = word();
+  if (kind == "census") {
+    e.kind = Event::Kind::Census;
+  } else if (kind == "cause") {
+    e.kind = Event::Kind::Cause;
+  } else {
+    return std::nullopt;
+  }
+  if (!parseInt(word(), &e.job) || !parseInt(word(), &e.target) || e.target < -1 || rest.empty())
+    return std::nullopt;
+  e.comm = std::string(rest);
+  return e;
+}
 
 std::string encodeSignature(const Signature& s) {
   return std::to_string(s.fingerprint) + " " + s.text;
@@ -249,6 +284,30 @@ int majorityOutlier(const std::map<int, uint32_t>& fingerprints, int worldSize) 
     if (outlier < 0 || ranks.front() < outlier) outlier = ranks.front();
   }
   return outlier;
+}
+
+std::optional<uint32_t> fingerprintAt(const Heartbeat& h, int64_t seq) {
+  if (seq < 0) return std::nullopt;
+  if (h.entered == seq) return h.fingerprint;
+  for (const auto& p : h.recent) {
+    if (p.seq == seq && p.fingerprint != 0) return p.fingerprint;
+  }
+  return std::nullopt;
+}
+
+bool compareAt(int64_t arrived, int worldSize) {
+  if (worldSize < 2 || arrived < 2 || arrived > worldSize) return false;
+  return arrived == worldSize || arrived == worldSize - 1 || arrived == worldSize / 2 + 1;
+}
+
+int stuckOutlier(int self, int worldSize, int64_t seq, uint32_t own,
+                 const std::map<int, Heartbeat>& others) {
+  std::map<int, uint32_t> fps{{self, own}};
+  for (const auto& [r, h] : others) {
+    if (r == self || r < 0 || r >= worldSize) continue;
+    if (auto fp = fingerprintAt(h, seq)) fps[r] = *fp;
+  }
+  return majorityOutlier(fps, worldSize);
 }
 
 Verdict judgeTimeout(int self, int worldSize, int64_t seq, uint32_t fingerprint,

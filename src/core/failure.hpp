@@ -4,8 +4,13 @@
 // core/failure_protocol.cpp and core/heartbeat.cpp (docs/errors.md).
 //
 // Store keys (under the communicator's namespace, see docs/errors.md):
-//   hb/<rank>              heartbeat record (encodeHeartbeat), rewritten every
-//                          TCCL_HEARTBEAT_MS by each rank
+//   hb/<rank>              heartbeat record (encodeHeartbeat): written at construction,
+//                          when the rank answers a census, and once when it has been
+//                          stuck in one collective for a period (no periodic writes)
+//   stuck/<seq>            counter: ranks stuck in collective #seq for a period
+//   ev/count, ev/<n>       the family's event log, in the family root's namespace only:
+//                          ev/count numbers the events, ev/<n> is one (encodeEvent);
+//                          every process CHECKs for its next one once a period
 //   sig/<seq>/<r>          rank r's signature of its collective #seq (encodeSignature),
 //                          written when it fails
 //   sigmax/<r>             rank r's last sequence number (encodeLastSeq), written after its
@@ -37,6 +42,9 @@ inline constexpr const char* kCause = "abort/cause";
 std::string shrinkAlive(int shrink, int rank);  // shrink/<n>/alive/<rank>
 std::string shrinkCount(int shrink);            // shrink/<n>/count
 std::string shrinkMembers(int shrink);          // shrink/<n>/members
+std::string stuck(int64_t seq);                 // stuck/<seq>
+std::string event(int64_t n);                   // ev/<n> (n from 1)
+inline constexpr const char* kEventCount = "ev/count";
 }  // namespace keys
 
 // ---- the records -------------------------------------------------------------------------
@@ -84,6 +92,22 @@ std::vector<int> decodeMembers(const std::string& s);
 // The value of shrink/<n>/alive/<rank>.
 inline constexpr const char* kAliveMark = "1";
 
+// One event of a family's log (ev/<n>): "census|cause <job> <target> <communicator>".
+// A census asks the ranks of one communicator (all of them, or only `target`) to write a
+// fresh heartbeat record now; a cause says that communicator's abort/cause is decided.
+struct Event {
+  enum class Kind { Census, Cause };
+  Kind kind = Kind::Census;
+  uint64_t job = 0;  // the job id: a reused namespace's old events concern nobody
+  int target = -1;   // census: the one rank asked, -1 for all
+  std::string comm;  // the communicator's name (options.name: its store namespace)
+  bool operator==(const Event&) const = default;
+  // Whether rank `rank` of communicator `comm` in job `job` acts on it.
+  bool concerns(uint64_t ofJob, const std::string& ofComm, int rank) const;
+};
+std::string encodeEvent(const Event& e);
+std::optional<Event> decodeEvent(const std::string& s);
+
 // ---- the rules ---------------------------------------------------------------------------
 
 struct Verdict {
@@ -109,5 +133,20 @@ Verdict judgeTimeout(int self, int worldSize, int64_t seq, uint32_t fingerprint,
 // With worldSize > 0, only a conclusive verdict counts: every rank of the world
 // reported, or the largest group is more than half of the world (else -1).
 int majorityOutlier(const std::map<int, uint32_t>& fingerprints, int worldSize = 0);
+
+// The fingerprint a record gives for collective `seq`: the one it is in, or one of its
+// recent ones; none when the record knows nothing of `seq`.
+std::optional<uint32_t> fingerprintAt(const Heartbeat& h, int64_t seq);
+
+// Stuck detection: a rank stuck in collective #seq for a period counts itself into
+// stuck/<seq>; the rank whose count returns `arrived` compares everyone's records when
+// that is one of the few counts worth it (a majority, all but one, all), so that one
+// stuck collective costs O(N) record reads in all, not O(N) per rank and period.
+bool compareAt(int64_t arrived, int worldSize);
+
+// The stuck comparison: rank `self` (fingerprint `own`) and the others' records; the
+// odd one out of collective `seq`, or -1 (majorityOutlier's rules over worldSize).
+int stuckOutlier(int self, int worldSize, int64_t seq, uint32_t own,
+                 const std::map<int, Heartbeat>& others);
 
 }  // namespace tccl::failure

@@ -73,11 +73,15 @@ bool Communicator::Impl::claim(Store& via) {
   }
 }
 
+// Then an event in the family's log: a rank not inside a collective (in compute, say)
+// learns of it at its watch's next look, and its next call fails at once.
 void Communicator::Impl::publishCause(Store& via, const ErrorInfo& cause) {
   try {
     via.setString(keys::kCause, failure::encodeCause(cause));
   } catch (const std::exception&) {
+    return;
   }
+  postEvent(failure::Event::Kind::Cause);
 }
 
 std::optional<ErrorInfo> Communicator::Impl::awaitCause(std::chrono::milliseconds bound) {
@@ -95,6 +99,7 @@ Communicator::Impl::SigTable Communicator::Impl::awaitSignatures(int64_t lo, int
   SigTable table;
   std::set<int> done;
   const auto until = Deadline::Clock::now() + bound;
+  auto pause = std::chrono::milliseconds(2);
   for (;;) {
     for (int r = 0; r < boot.size; ++r) {
       if (done.count(r)) continue;
@@ -122,7 +127,10 @@ Communicator::Impl::SigTable Communicator::Impl::awaitSignatures(int64_t lo, int
       }
     }
     if (static_cast<int>(done.size()) == boot.size || Deadline::Clock::now() >= until) return table;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Most ranks publish within milliseconds of the failure; the stragglers are looked
+    // at less and less often (each round costs requests for every rank still missing).
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
 
@@ -175,12 +183,18 @@ ErrorInfo Communicator::Impl::decideCause(const ErrorInfo& local, const Prepared
   return c;
 }
 
-// A timeout: the heartbeats, read three periods apart (a heartbeat thread of a loaded
-// host may be late by a period, and must not be taken for a stopped one).
+// A timeout: every record, then a census (every live rank writes a fresh record within
+// one of its watch's periods), then every record again three periods later (a watch of a
+// loaded host may be late by a period, and must not be taken for a stopped one). A
+// stopped or dead rank's beat does not advance; a rank that never ran has no record.
+// (A rank outside any call watches at the communicator's period: with a per-call
+// timeout far below the communicator's it may answer too late, as its beat came too
+// late before the census; the verdict stays within twice the call's timeout.)
 void Communicator::Impl::judgeTimeoutCause(ErrorInfo& c, const ErrorInfo& local,
                                            const PreparedCall& call, const Running& what,
                                            std::chrono::milliseconds period) {
   auto first = readHeartbeats(*boot.store);
+  postEvent(failure::Event::Kind::Census);
   std::this_thread::sleep_for(3 * period + std::chrono::milliseconds(50));
   auto second = readHeartbeats(*boot.store);
   auto v = failure::judgeTimeout(boot.rank, boot.size, call.seq, what.fingerprint, first, second,
@@ -201,6 +215,9 @@ void Communicator::Impl::judgeMismatchCause(ErrorInfo& c, const ErrorInfo& local
                                             const PreparedCall& call, const Running& what,
                                             std::chrono::milliseconds sigWait) {
   const int64_t lo = call.seq - static_cast<int64_t>(Failure::kRecent) + 1;
+  // A rank that does not fail (blocked elsewhere) publishes no signatures: its record
+  // tells what it runs, once it answers this census.
+  postEvent(failure::Event::Kind::Census);
   SigTable table = awaitSignatures(lo, call.seq, sigWait);
   std::map<int, failure::Signature> sigs;
   auto fingerprints = [](const std::map<int, failure::Signature>& of) {

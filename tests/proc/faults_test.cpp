@@ -150,6 +150,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 class StoppedPeer : public ::testing::TestWithParam<Algorithm> {};
 
+// Every rank of `ranks` that reported a Timeout says `text` (a rank that instead failed
+// with the agreed cause quoted in an Aborted error says it there too).
+void expectVerdictSays(const FaultRun& run, const std::vector<int>& ranks,
+                       const std::string& text) {
+  for (int r : ranks) {
+    auto it = run.records.find(r);
+    if (it == run.records.end()) continue;  // EXPECT_DETECTION has said so
+    EXPECT_NE(it->second.get("what").find(text), std::string::npos) << "rank " << r << "\n"
+                                                                    << run.describe();
+  }
+}
+
 TEST_P(StoppedPeer, SigstopInsideTheCollectiveIsATimeoutNamingItWithinTwiceTheTimeout) {
   const Algorithm a = GetParam();
   FaultSpec spec;
@@ -162,6 +174,8 @@ TEST_P(StoppedPeer, SigstopInsideTheCollectiveIsATimeoutNamingItWithinTwiceTheTi
                "timeout=" + std::to_string(kSilentTimeoutMs)};
   FaultRun run = runFaultJob(spec);
   EXPECT_DETECTION(run, (Expect{"Timeout", 2, allBut(4, 2), 2.0 * kSilentTimeoutMs}));
+  // The census: a stopped rank does not answer it (docs/errors.md, "Heartbeats").
+  expectVerdictSays(run, allBut(4, 2), "rank 2 is not responding: its heartbeat stopped");
 }
 
 TEST_P(StoppedPeer, StopHookInsideAStepIsATimeoutNamingIt) {
@@ -179,6 +193,9 @@ TEST_P(StoppedPeer, StopHookInsideAStepIsATimeoutNamingIt) {
   FaultRun run = runFaultJob(spec);
   EXPECT_DETECTION(
       run, (Expect{"Timeout", culprit, allBut(world, culprit), 2.0 * kSilentTimeoutMs, false, 1}));
+  expectVerdictSays(
+      run, allBut(world, culprit),
+      "rank " + std::to_string(culprit) + " is not responding: its heartbeat stopped");
 }
 
 TEST_P(StoppedPeer, RankStuckInComputeBeforeTheCollectiveIsATimeoutNamingIt) {
@@ -195,6 +212,8 @@ TEST_P(StoppedPeer, RankStuckInComputeBeforeTheCollectiveIsATimeoutNamingIt) {
                "timeout=" + std::to_string(kSilentTimeoutMs)};
   FaultRun run = runFaultJob(spec);
   EXPECT_DETECTION(run, (Expect{"Timeout", 1, allBut(4, 1), 2.0 * kSilentTimeoutMs, false, 1}));
+  // It answers the census: alive, and behind.
+  expectVerdictSays(run, allBut(4, 1), "rank 1 is alive but has not entered collective #");
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, StoppedPeer, ::testing::ValuesIn(kAlgos),

@@ -169,6 +169,120 @@ TEST(Failure, TimeoutWithEveryoneHealthyBlamesTheLink) {
   EXPECT_EQ(v.kind, ErrorKind::Timeout);
 }
 
+// ---- the event log and the stuck comparison (docs/errors.md, "Heartbeats") ----------
+
+TEST(Failure, EventKeysAndRecordsAreSpelledAsTheProtocolSays) {
+  EXPECT_EQ(keys::stuck(0), "stuck/0");
+  EXPECT_EQ(keys::stuck(int64_t{1} << 40), "stuck/1099511627776");
+  EXPECT_EQ(keys::event(1), "ev/1");
+  EXPECT_STREQ(keys::kEventCount, "ev/count");
+  Event e{Event::Kind::Census, 18446744073709551615ull, -1, "default"};
+  EXPECT_EQ(encodeEvent(e), "census 18446744073709551615 -1 default");
+  e = {Event::Kind::Cause, 7, -1, "default.split0.c1"};
+  EXPECT_EQ(encodeEvent(e), "cause 7 -1 default.split0.c1");
+}
+
+TEST(Failure, EventsRoundTrip) {
+  for (auto kind : {Event::Kind::Census, Event::Kind::Cause}) {
+    for (int target : {-1, 0, 1023}) {
+      for (const char* comm : {"default", "a b = c", "x.shrink0.group.t"}) {
+        const Event e{kind, 0x1234567890abcdefull, target, comm};
+        auto d = decodeEvent(encodeEvent(e));
+        ASSERT_TRUE(d) << encodeEvent(e);
+        EXPECT_EQ(*d, e);
+      }
+    }
+  }
+}
+
+TEST(Failure, EventRejectsGarbage) {
+  for (const char* bad :
+       {"", "census", "census 1", "census 1 -1", "census 1 -1 ", "hello 1 -1 x", "census x -1 c",
+        "census 1 -2 c", "census -1 -1 c", "census 1 z c", "Census 1 -1 c", "census  1 -1 c"})
+    EXPECT_FALSE(decodeEvent(bad)) << bad;
+}
+
+TEST(Failure, AnEventConcernsItsCommunicatorsRanksOfItsJobOnly) {
+  const Event all{Event::Kind::Census, 5, -1, "c"};
+  const Event one{Event::Kind::Census, 5, 2, "c"};
+  const Event cause{Event::Kind::Cause, 5, 2, "c"};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(all.concerns(5, "c", r));
+    EXPECT_EQ(one.concerns(5, "c", r), r == 2) << r;
+    EXPECT_TRUE(cause.concerns(5, "c", r)) << r;  // a cause is the whole communicator's
+    for (const Event* e : {&all, &one, &cause}) {
+      EXPECT_FALSE(e->concerns(6, "c", r));   // another job reusing the namespace
+      EXPECT_FALSE(e->concerns(5, "c2", r));  // another communicator of the family
+      EXPECT_FALSE(e->concerns(5, "", r));
+    }
+  }
+}
+
+TEST(Failure, FingerprintAtReadsTheCurrentOrARecentCollective) {
+  Heartbeat h = hb(3, 9, 0xAA);
+  h.recent = {{6, 0x66, "s6"}, {7, 0, "no fp"}, {8, 0x88, "s8"}, {9, 0xAA, "s9"}};
+  EXPECT_EQ(fingerprintAt(h, 9), 0xAAu);
+  EXPECT_EQ(fingerprintAt(h, 8), 0x88u);
+  EXPECT_EQ(fingerprintAt(h, 6), 0x66u);
+  EXPECT_FALSE(fingerprintAt(h, 7));   // no fingerprint recorded
+  EXPECT_FALSE(fingerprintAt(h, 5));   // too old
+  EXPECT_FALSE(fingerprintAt(h, 10));  // not entered yet
+  EXPECT_FALSE(fingerprintAt(h, -1));
+  EXPECT_FALSE(fingerprintAt(Heartbeat{}, -1));  // a record of a rank that entered none
+}
+
+// The counts at which the rank that counts in compares: few per collective (so the
+// reads stay O(N) in all), always including "everyone is in".
+TEST(Failure, CompareAtAMajorityAllButOneAndAll) {
+  for (int n = 0; n <= 70; ++n) {
+    int times = 0;
+    for (int64_t a = -1; a <= n + 2; ++a) {
+      const bool c = compareAt(a, n);
+      times += c ? 1 : 0;
+      if (a == n && n >= 2) {
+        EXPECT_TRUE(c) << a << "/" << n;
+      }
+      if (a < 2 || a > n) {
+        EXPECT_FALSE(c) << a << "/" << n;
+      }
+      if (c) {
+        EXPECT_TRUE(a == n || a == n - 1 || a == n / 2 + 1) << a << "/" << n;
+      }
+    }
+    EXPECT_LE(times, 3) << n;
+    if (n >= 2) {
+      EXPECT_GE(times, 1) << n;
+    }
+  }
+  EXPECT_TRUE(compareAt(3, 4));   // a majority of 4 and all but one
+  EXPECT_TRUE(compareAt(6, 10));  // a majority of 10
+  EXPECT_FALSE(compareAt(7, 10));
+  EXPECT_TRUE(compareAt(9, 10));
+  EXPECT_FALSE(compareAt(2, 3) && compareAt(1, 3));
+}
+
+TEST(Failure, StuckOutlierComparesTheRecordsOfTheCollective) {
+  // Rank 0 (self) and ranks 1..3 inside #4; rank 2 runs something else.
+  std::map<int, Heartbeat> others{{1, hb(1, 4, 7)}, {2, hb(1, 4, 8)}, {3, hb(1, 4, 7)}};
+  EXPECT_EQ(stuckOutlier(0, 4, 4, 7, others), 2);
+  // This rank is the odd one.
+  EXPECT_EQ(stuckOutlier(0, 4, 4, 9, {{1, hb(1, 4, 7)}, {2, hb(1, 4, 7)}, {3, hb(1, 4, 7)}}), 0);
+  // Rank 3 has moved on to #5, but its recent #4 still votes (and disagrees).
+  Heartbeat moved = hb(2, 5, 7);
+  moved.recent = {{4, 8, "other"}, {5, 7, "allreduce"}};
+  EXPECT_EQ(stuckOutlier(0, 4, 4, 7, {{1, hb(1, 4, 7)}, {2, hb(1, 4, 7)}, {3, moved}}), 3);
+  // A stale record (entered #2) knows nothing of #4: 2 of 4 votes, no majority.
+  EXPECT_EQ(stuckOutlier(0, 4, 4, 7, {{1, hb(1, 4, 8)}, {2, hb(0, 2, 7)}, {3, hb(0, 2, 7)}}), -1);
+  // Three of five agree, one differs, one is elsewhere: a majority names it.
+  EXPECT_EQ(stuckOutlier(0, 5, 4, 7,
+                         {{1, hb(1, 4, 7)}, {2, hb(1, 4, 7)}, {3, hb(1, 4, 9)}, {4, hb(0, 1, 7)}}),
+            3);
+  // All agree; a record of a rank outside the world is ignored.
+  EXPECT_EQ(stuckOutlier(1, 3, 0, 7, {{0, hb(1, 0, 7)}, {2, hb(1, 0, 7)}, {9, hb(1, 0, 8)}}), -1);
+  // World 2: the two disagree; the tie goes to the group of the lowest rank.
+  EXPECT_EQ(stuckOutlier(1, 2, 0, 5, {{0, hb(1, 0, 7)}}), 1);
+}
+
 }  // namespace
 }  // namespace tccl::failure
 
