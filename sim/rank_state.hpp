@@ -2,7 +2,7 @@
 // it waits: replay.cpp's RankActor supplies the three effects (start a send, post a
 // receive, spend CPU) with SimGrid's mailboxes and execute, and waits in wait_any.
 // (A driver with no actors, advanced from SimGrid's activity-completion signal, was tried
-// and was slower: docs/simulate.md, "Why actors".)
+// and was slower: docs/simulate.md, "How far it goes".)
 #pragma once
 
 #include <cstdint>
