@@ -87,13 +87,9 @@ void RankState::recvLanded(int32_t c) {
   markDirty(c);
 }
 
-bool RankState::noteIfFinished(double now) {
-  if (remaining_ != 0) return false;
-  if (!stats_->finished) {
-    stats_->finishSec = now;
-    stats_->finished = true;
-  }
-  return true;
+void RankState::markFinished(double now) {
+  stats_->finishSec = now;
+  stats_->finished = true;
 }
 
 void RankState::markDirty(int32_t c) {

@@ -47,8 +47,8 @@ class RankState {
   // A comm of channel c has completed: its send, or its receive's payload landed.
   void sendDone(int32_t c);
   void recvLanded(int32_t c);
-  // Records the finish time when no op is left; true when the rank is done.
-  bool noteIfFinished(double now);
+  // Records that the rank's last op completed at `now` (remaining() is 0).
+  void markFinished(double now);
 
   size_t remaining() const { return remaining_; }
   int rank() const { return rank_; }
@@ -61,8 +61,6 @@ class RankState {
   virtual void startRecv(int32_t c) = 0;
   // `sec` of one idle core of this rank's host; returns when they are spent.
   virtual void cpu(double sec) = 0;
-
-  const ReplayConfig& cfg_;
 
  private:
   void service(int32_t c);
@@ -77,6 +75,7 @@ class RankState {
   void runCopies();
   uint64_t bytes(const SimOp& o) const { return uint64_t{o.elems} * cfg_.elemSize; }
 
+  const ReplayConfig& cfg_;
   const int rank_;
   RankStats* stats_;
   std::vector<SimOp> ops_;

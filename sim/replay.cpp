@@ -49,7 +49,7 @@ class RankActor final : public detail::RankState {
         recvLanded(tag >> 1);
       }
     }
-    noteIfFinished(sg4::Engine::get_clock());
+    markFinished(sg4::Engine::get_clock());
   }
 
  private:
