@@ -2,7 +2,9 @@
 """bench/whatif_table.py: bench/whatif_sim.sh's output -> the markdown tables of
 docs/PERFORMANCE.md ("What if"). One table per world: a row per NIC rate, ranks per host
 and size; a column per algorithm (simulated time, the fastest in bold); then auto's pick,
-the cost model's choice, and how much slower it replays than the fastest.
+the cost model's choice, and how much slower it replays than the fastest. A cell the
+replays lack shows the cost model's figure for it in italics ("_model 21.80 ms_") when an
+auto line gave one (bench/whatif_sim.sh's auto lines, or `--algo auto --no-replay-auto`).
 
     bench/whatif_sim.sh build/tccl | bench/whatif_table.py
 """
@@ -24,12 +26,13 @@ def fmt_us(us):
 
 
 def main():
-    rows, picks = {}, {}
+    rows, picks, model = {}, {}, {}
     for line in sys.stdin:
         m = re.match(r"# (\d+),(\d+),(\d+): # (\d+) B: auto picks (\w+) ", line)
         if m:
             key = tuple(int(x) for x in m.groups()[:4])
             picks[key] = m.group(5)
+            model[key] = {a: float(us) for a, us in re.findall(r"(\w+) ([0-9.]+) us", line)}
             continue
         f = line.strip().split(",")
         if len(f) < 8 or not f[0].isdigit():
@@ -47,13 +50,20 @@ def main():
             cells = []
             for a in ALGOS:
                 if a not in r:
-                    cells.append("= ring" if a == "hier" and key[2] == 1 else "-")
+                    if a == "hier" and key[2] == 1:
+                        cells.append("= ring")
+                    elif a in model.get(key, {}):
+                        cells.append(f"_model {fmt_us(model[key][a])}_")
+                    else:
+                        cells.append("-")
                 else:
                     t = fmt_us(r[a][0])
                     cells.append(f"**{t}**" if a == best else t)
             pick = picks.get(key, "")
             loss = ""
-            if pick in r:
+            if pick in r and len(r) == 1:
+                loss = "- (one replay)"
+            elif pick in r:
                 loss = f"{(r[pick][0] / r[best][0] - 1) * 100:+.0f} %"
                 if pick == best or (pick == "hier" and key[2] == 1):
                     loss = "agrees" if pick == best else loss

@@ -15,7 +15,8 @@
 //   - every message carries the wire header (kHeaderBytes) besides its payload.
 // SimGrid does the rest: mailboxes pair each send with its receive, links share their
 // bandwidth among the flows that cross them (max-min fairness), latencies add up along
-// the route. There is no event loop here.
+// the route. There is no event loop here. The rules are in rank_state.hpp, the SimGrid
+// side (actors, mailboxes, wait_any, execute) in replay.cpp.
 #pragma once
 
 #include <cstddef>
