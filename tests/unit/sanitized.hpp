@@ -2,8 +2,8 @@
 // vptr check probes the memory it inspects by writing it through a fresh pipe(2), which
 // then fails, and it reports a false "object has invalid vptr" at the first virtual call it
 // has not checked before (a log line's ostream, say). Such tests call this first; they
-// skip in the TSan build too (CI's TSan phase does not select them, and their CPU-time
-// bound means little at its slowdown).
+// skip in the TSan build too, where their CPU-time bound means little at its slowdown (the
+// release phase runs them).
 #pragma once
 
 #include <gtest/gtest.h>
