@@ -4,12 +4,12 @@
 // forwards SIGINT/SIGTERM, and when a rank fails stops the others and exits with that
 // rank's status. docs/launch.md is the user's guide.
 //
-// Process structure: each rank runs as `tccl _launch-exec <launcher pid> CMD ARGS`, a
-// trampoline that asks the kernel to SIGKILL it when the launcher dies
-// (PR_SET_PDEATHSIG, which survives execve) and then execs CMD. So no rank outlives a
-// launcher that was itself SIGKILLed. Each rank leads its own process group: terminal
-// signals reach the launcher alone, which forwards them once, and stopping a rank's group
-// also stops the processes it started.
+// Process structure: each rank is forked from the launcher, asks the kernel to SIGKILL it
+// when the launcher dies (PR_SET_PDEATHSIG, which survives execve) and then execs CMD. So
+// no rank outlives a launcher that was itself SIGKILLed. (Ranks used to start as a
+// `tccl _launch-exec` trampoline; loading tccl's libraries cost 35 ms of CPU per rank.) Each rank
+// leads its own process group: terminal signals reach the launcher alone, which forwards them once,
+// and stopping a rank's group also stops the processes it started.
 //
 // Multi-node: launchers meet in node 0's store under "tccl_launch/": node 0 publishes the
 // job shape (checked by every other node) and the port torch-style programs use; a node
@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -365,6 +364,24 @@ void installSignalHandlers() {
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
 }
 
+// The paths execvp would try for cmd, in its order: cmd itself when it has a slash, else
+// cmd in every directory of PATH (an empty entry is the current directory).
+std::vector<std::string> execCandidates(const std::string& cmd) {
+  if (cmd.find('/') != std::string::npos) return {cmd};
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr && *path != '\0' ? path : "/bin:/usr/bin";
+  std::vector<std::string> out;
+  size_t from = 0;
+  while (true) {
+    const size_t colon = dirs.find(':', from);
+    const std::string dir = dirs.substr(from, colon == std::string::npos ? colon : colon - from);
+    out.push_back((dir.empty() ? std::string(".") : dir) + "/" + cmd);
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  return out;
+}
+
 class Launcher {
  public:
   Launcher(const LaunchConfig& c, std::string storeAddr, std::string masterAddr, uint16_t torchPort,
@@ -390,13 +407,16 @@ class Launcher {
   }
 
   void start() {
-    const std::string self = proc::selfExe();
+    candidates_ = execCandidates(c_.command[0]);
+    for (const std::string& p : candidates_) candidatePtrs_.push_back(p.c_str());
+    candidatePtrs_.push_back(nullptr);
+    launcherPid_ = ::getpid();
     ranks_.resize(static_cast<size_t>(c_.nproc));
     for (int i = 0; i < c_.nproc; ++i) {
       Rank& r = ranks_[static_cast<size_t>(i)];
       r.localRank = i;
       r.rank = c_.nodeRank * c_.nproc + i;
-      spawnRank(self, r);
+      spawnRank(r);
     }
   }
 
@@ -489,7 +509,55 @@ class Launcher {
     };
   }
 
-  void spawnRank(const std::string& self, Rank& r) {
+  // The child between fork and exec: only async-signal-safe calls (the launcher has
+  // other threads, whose locks the child may have inherited held). It leads its own
+  // process group, asks to be SIGKILLed when the launcher dies (PR_SET_PDEATHSIG,
+  // which survives execve), and becomes the command, trying the paths execvp would.
+  [[noreturn]] void becomeRank(int out, int err, char* const* argv, char* const* envp) const {
+    ::setpgid(0, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+    const int in = ::open("/dev/null", O_RDONLY);
+    if (in > 0) {
+      ::dup2(in, STDIN_FILENO);
+      ::close(in);
+    }
+    if (out >= 0) ::dup2(out, STDOUT_FILENO);  // dup2 clears close-on-exec there
+    if (err >= 0) ::dup2(err, STDERR_FILENO);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcherPid_) ::_exit(1);  // the launcher died before we could ask
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int why = ENOENT;
+    for (const char* const* p = candidatePtrs_.data(); *p != nullptr; ++p) {
+      ::execve(*p, argv, envp);
+      if (errno == EACCES) {
+        why = EACCES;
+      } else if (errno != ENOENT && errno != ENOTDIR) {
+        why = errno;
+        break;
+      }
+    }
+    char msg[512];
+    size_t len = 0;
+    auto put = [&](const char* t) {
+      for (; *t != '\0' && len < sizeof msg - 1; ++t) msg[len++] = *t;
+    };
+    put("tccl launch: cannot run '");
+    put(argv[0]);
+    put("': ");
+    const char* text = ::strerrordesc_np(why);
+    put(text != nullptr ? text : "error");
+    put("\n");
+    ssize_t n = ::write(STDERR_FILENO, msg, len);
+    (void)n;
+    ::_exit(why == ENOENT ? 127 : 126);
+  }
+
+  void spawnRank(Rank& r) {
     // The environment: ours, with the rank's variables replacing any of the same name.
     auto extra = rankEnv(r);
     std::vector<std::string> flat;
@@ -506,49 +574,37 @@ class Launcher {
     for (auto& s : flat) envp.push_back(s.data());
     envp.push_back(nullptr);
 
-    std::vector<std::string> argv = {self, "_launch-exec", std::to_string(::getpid())};
-    argv.insert(argv.end(), c_.command.begin(), c_.command.end());
     std::vector<char*> args;
-    for (auto& s : argv) args.push_back(s.data());
+    for (const std::string& a : c_.command) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
 
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1};
     if (c_.tag) {
       if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0)
         throwError(ErrorKind::System, "pipe2: " + net::errnoString(errno));
-      // dup2 onto 1 and 2 clears close-on-exec there; every other copy closes at exec.
-      posix_spawn_file_actions_adddup2(&fa, outPipe[1], STDOUT_FILENO);
-      posix_spawn_file_actions_adddup2(&fa, errPipe[1], STDERR_FILENO);
     }
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults, none;
-    sigemptyset(&defaults);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setpgroup(&attr, 0);  // its own process group
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
+    // No signal may run our handlers in the child before it has reset them.
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      becomeRank(c_.tag ? outPipe[1] : -1, c_.tag ? errPipe[1] : -1, args.data(), envp.data());
+    }
+    const int forkErr = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid > 0) ::setpgid(pid, pid);  // as the child does: whichever runs first
     if (c_.tag) {
       ::close(outPipe[1]);
       ::close(errPipe[1]);
     }
-    if (rc != 0) {
+    if (pid < 0) {
       if (c_.tag) {
         ::close(outPipe[0]);
         ::close(errPipe[0]);
       }
       throwError(ErrorKind::System, "cannot start rank " + std::to_string(r.rank) + " (" +
-                                        c_.command[0] + "): " + net::errnoString(rc));
+                                        c_.command[0] + "): fork: " + net::errnoString(forkErr));
     }
     r.pid = pid;
     r.running = true;
@@ -689,6 +745,9 @@ class Launcher {
   }
 
   const LaunchConfig& c_;
+  std::vector<std::string> candidates_;     // where the command may be, in execvp's order
+  std::vector<const char*> candidatePtrs_;  // the same, null-terminated, for the child
+  pid_t launcherPid_ = -1;
   std::string storeAddr_;
   std::string masterAddr_;
   uint16_t torchPort_;
@@ -842,22 +901,6 @@ int launchMain(int argc, char** argv, int first) {
     }
   }
   return status;
-}
-
-// The rank's first moments: die with the launcher, then become the command.
-int launchExecMain(int argc, char** argv, int first) {
-  if (argc - first < 2) {
-    std::fprintf(stderr, "tccl _launch-exec: usage: _launch-exec <launcher pid> CMD ARGS\n");
-    return 2;
-  }
-  const pid_t launcher = static_cast<pid_t>(std::atol(argv[first]));
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != launcher) return 1;  // the launcher died before we could ask
-  char** cmd = argv + first + 1;
-  ::execvp(cmd[0], cmd);
-  const int err = errno;
-  std::fprintf(stderr, "tccl launch: cannot run '%s': %s\n", cmd[0], std::strerror(err));
-  return err == ENOENT ? 127 : 126;
 }
 
 }  // namespace tccl::cli

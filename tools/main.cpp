@@ -97,7 +97,6 @@ int main(int argc, char** argv) {
     if (cmd == "_tune-worker") return tccl::cli::tuneWorkerMain(argc, argv, 2);
     if (cmd == "_overlap-worker") return tccl::cli::overlapWorkerMain(argc, argv, 2);
     if (cmd == "launch") return tccl::cli::launchMain(argc, argv, 2);
-    if (cmd == "_launch-exec") return tccl::cli::launchExecMain(argc, argv, 2);
     if (cmd == "faults") return tccl::cli::faultsMain(argc, argv, 2);
     if (cmd == "_faults-worker") return tccl::cli::faultsWorkerMain(argc, argv, 2);
     if (cmd == "simulate") return tccl::cli::simulateMain(argc, argv, 2);

@@ -13,7 +13,6 @@ int overlapWorkerMain(int argc, char** argv, int first);
 int tuneMain(int argc, char** argv, int first);
 int tuneWorkerMain(int argc, char** argv, int first);
 int launchMain(int argc, char** argv, int first);
-int launchExecMain(int argc, char** argv, int first);
 int faultsMain(int argc, char** argv, int first);
 int faultsWorkerMain(int argc, char** argv, int first);
 int simulateMain(int argc, char** argv, int first);
