@@ -588,6 +588,32 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
   };
   if (missing().empty()) return;
 
+  // The addresses of the higher peers to dial: all of them in two requests (a CHECK
+  // and a MULTI_GET) when they are all published, as they usually are by now, so that a
+  // rank's store requests do not grow with its number of peers; else peer by peer below.
+  {
+    std::vector<std::string> keys;
+    std::vector<int> whose;
+    for (int p : missing()) {
+      if (p > cfg_.rank && published_.count(p) == 0) {
+        keys.push_back(addrKey(p));
+        whose.push_back(p);
+      }
+    }
+    if (keys.size() > 1) {
+      lk.unlock();
+      std::vector<Bytes> values;
+      try {
+        if (store_->check(keys)) values = store_->multiGet(keys, std::chrono::milliseconds(1000));
+      } catch (const Error&) {
+        values.clear();  // the peer-by-peer path below waits, and names what is missing
+      }
+      lk.lock();
+      for (size_t i = 0; i < values.size(); ++i) {
+        published_.emplace(whose[i], std::string(values[i].begin(), values[i].end()));
+      }
+    }
+  }
   // Dial every missing higher rank and send our Hello; the kernel completes the TCP
   // handshake from the peer's listen backlog even before the peer looks at it. The
   // waits here (the store, the dial) run without the lock.
@@ -596,8 +622,9 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
     bool dialled = false;
     for (const auto& q : pending_) dialled |= (q->outgoing && q->peer == p && q->lane == lane);
     if (dialled) continue;
+    const bool known = published_.count(p) != 0;
     lk.unlock();
-    if (!awaitAddress(p, deadline, [this] { return abortFlag_ && abortFlag_->load(); })) {
+    if (!known && !awaitAddress(p, deadline, [this] { return abortFlag_ && abortFlag_->load(); })) {
       throwInterrupted(p);
     }
     std::unique_ptr<Pending> pend;
