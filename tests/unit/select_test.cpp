@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "algorithms/allreduce.hpp"
 #include "cost_model_testing.hpp"
 #include "scoped_env.hpp"
 #include "tccl/error.hpp"
@@ -345,6 +346,35 @@ TEST(CostModel, ReducedBytesAreCountedFromTheSchedules) {
         << n;
   }
   EXPECT_EQ(reducedBytesFactor(Algorithm::Ring, 1), 0.0);
+}
+
+TEST(CostModel, RingAndNaiveClosedFormsMatchTheirSchedules) {
+  // reducedBytesFactor gives the ring and naive in closed form; here every rank's
+  // schedule is counted, for counts that n divides and counts that it does not.
+  for (int n = 2; n <= 70; ++n) {
+    for (size_t count : {size_t(n) * 7, size_t(n) * 7 + 3}) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Naive}) {
+        size_t most = 0;
+        for (int r = 0; r < n; ++r) {
+          size_t reduced = 0;
+          for (const Op& op : allreduceSchedule(a, r, n, count, count).ops) {
+            if (op.type != OpType::Recv) continue;
+            if (op.action == RecvAction::Reduce) reduced += op.range.count;
+            if (op.thenSelf) reduced += op.range.count;
+          }
+          most = std::max(most, reduced);
+        }
+        // The ring's busiest rank skips a smallest chunk, count / n elements.
+        const size_t expected =
+            a == Algorithm::Ring ? count - count / static_cast<size_t>(n) : (n - 1) * count;
+        EXPECT_EQ(most, expected) << toString(a) << " n=" << n << " count=" << count;
+        const double factor = static_cast<double>(expected) / static_cast<double>(count);
+        if (count % static_cast<size_t>(n) == 0) {
+          EXPECT_DOUBLE_EQ(reducedBytesFactor(a, n), factor) << toString(a) << " n=" << n;
+        }
+      }
+    }
+  }
 }
 
 TEST(CostModel, GammaChargesTheReducedBytes) {
