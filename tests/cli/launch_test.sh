@@ -106,6 +106,15 @@ check "nothing left after SIGKILL" test "$(count_marked)" -eq 0
 out=$(timeout 60 "$tccl" launch --nproc-per-node 2 -- /nonexistent/program 2>&1); rc=$?
 check "a missing program: exit 127" test $rc -eq 127
 check "a missing program is named" grep -q "cannot run '/nonexistent/program': No such file or directory" <<<"$out"
+# The launcher forks and execs the command itself, searching PATH as execvp does.
+out=$(cd "$tmp" && timeout 60 env PATH="$tmp/nodir:/nonexistent:$(dirname "$(command -v sh)")" "$tccl" launch --nproc-per-node 2 -- sh -c 'echo "found rank $RANK"' 2>&1); rc=$?
+check "a bare command name is found on PATH" test $rc -eq 0 -a "$(grep -c '^\[rank [01]\] found rank [01]$' <<<"$out")" -eq 2
+out=$(timeout 60 env PATH=/nonexistent "$tccl" launch --nproc-per-node 1 -- sh -c true 2>&1); rc=$?
+check "a bare name not on PATH: exit 127, named" test $rc -eq 127 -a "$(grep -c "cannot run 'sh': No such file or directory" <<<"$out")" -eq 1
+printf '#!/bin/sh\necho never\n' >"$tmp/notexec"
+chmod 644 "$tmp/notexec"
+out=$(timeout 60 "$tccl" launch --nproc-per-node 1 -- "$tmp/notexec" 2>&1); rc=$?
+check "a file that is not executable: exit 126, named" test $rc -eq 126 -a "$(grep -c "cannot run '$tmp/notexec': Permission denied" <<<"$out")" -eq 1
 
 # ---- SIGTERM to the launcher reaches every rank ---------------------------------------
 timeout 60 "$tccl" launch --nproc-per-node 3 -- "$worker" --sleep 30 --on-term report --marker "$marker" >"$tmp/term.out" 2>&1 &
