@@ -107,7 +107,7 @@ out=$(timeout 60 "$tccl" launch --nproc-per-node 2 -- /nonexistent/program 2>&1)
 check "a missing program: exit 127" test $rc -eq 127
 check "a missing program is named" grep -q "cannot run '/nonexistent/program': No such file or directory" <<<"$out"
 # The launcher forks and execs the command itself, searching PATH as execvp does.
-out=$(cd "$tmp" && timeout 60 env PATH="$tmp/nodir:/nonexistent:$(dirname "$(command -v sh)")" "$tccl" launch --nproc-per-node 2 -- sh -c 'echo "found rank $RANK"' 2>&1); rc=$?
+out=$(timeout 60 env PATH="$tmp/nodir:/nonexistent:$(dirname "$(command -v sh)")" "$tccl" launch --nproc-per-node 2 -- sh -c 'echo "found rank $RANK"' 2>&1); rc=$?
 check "a bare command name is found on PATH" test $rc -eq 0 -a "$(grep -c '^\[rank [01]\] found rank [01]$' <<<"$out")" -eq 2
 out=$(timeout 60 env PATH=/nonexistent "$tccl" launch --nproc-per-node 1 -- sh -c true 2>&1); rc=$?
 check "a bare name not on PATH: exit 127, named" test $rc -eq 127 -a "$(grep -c "cannot run 'sh': No such file or directory" <<<"$out")" -eq 1
