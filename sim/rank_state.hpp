@@ -1,6 +1,7 @@
 // What one rank of a replay does with its schedule (replay.hpp's rules), apart from how
 // it waits: replay.cpp's RankActor supplies the three effects (start a send, post a
-// receive, spend CPU) with SimGrid's mailboxes and execute, and waits in wait_any.
+// receive, spend CPU) with SimGrid's mailboxes and execute, and waits in wait_any (or,
+// with many comms in flight, on a semaphore that their completions release).
 // (A driver with no actors, advanced from SimGrid's activity-completion signal, was tried
 // and was slower: docs/simulate.md, "How far it goes".)
 #pragma once

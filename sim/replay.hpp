@@ -16,7 +16,7 @@
 // SimGrid does the rest: mailboxes pair each send with its receive, links share their
 // bandwidth among the flows that cross them (max-min fairness), latencies add up along
 // the route. There is no event loop here. The rules are in rank_state.hpp, the SimGrid
-// side (actors, mailboxes, wait_any, execute) in replay.cpp.
+// side (actors, mailboxes, wait_any or a semaphore, execute) in replay.cpp.
 #pragma once
 
 #include <cstddef>
