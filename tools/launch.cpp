@@ -408,8 +408,6 @@ class Launcher {
 
   void start() {
     candidates_ = execCandidates(c_.command[0]);
-    for (const std::string& p : candidates_) candidatePtrs_.push_back(p.c_str());
-    candidatePtrs_.push_back(nullptr);
     launcherPid_ = ::getpid();
     ranks_.resize(static_cast<size_t>(c_.nproc));
     for (int i = 0; i < c_.nproc; ++i) {
@@ -532,8 +530,8 @@ class Launcher {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     int why = ENOENT;
-    for (const char* const* p = candidatePtrs_.data(); *p != nullptr; ++p) {
-      ::execve(*p, argv, envp);
+    for (const std::string& path : candidates_) {  // reading them allocates nothing
+      ::execve(path.c_str(), argv, envp);
       if (errno == EACCES) {
         why = EACCES;
       } else if (errno != ENOENT && errno != ENOTDIR) {
@@ -745,8 +743,7 @@ class Launcher {
   }
 
   const LaunchConfig& c_;
-  std::vector<std::string> candidates_;     // where the command may be, in execvp's order
-  std::vector<const char*> candidatePtrs_;  // the same, null-terminated, for the child
+  std::vector<std::string> candidates_;  // where the command may be, in execvp's order
   pid_t launcherPid_ = -1;
   std::string storeAddr_;
   std::string masterAddr_;

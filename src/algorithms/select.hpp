@@ -5,7 +5,8 @@
 //          + bytes_reduced_by_the_busiest_rank * gamma
 // gamma is the local reduction's cost per byte (the kernel reads two operands and
 // writes one); the reduced bytes are counted from the algorithm's own schedules
-// (reducedBytesFactor): ring (n-1)/n V, naive (n-1) V, rd about log2(n) V, ...
+// (reducedBytesFactor): rd about log2(n) V, ...; the ring's (n-1)/n V and naive's
+// (n-1) V are closed forms, their schedules being O(n) ops per rank.
 // alpha' = alpha x sqrt(max(1, ranks on the busiest host / cores of rank 0's host)):
 // with more ranks than cores every step also waits for the next rank to be scheduled.
 // Measured on 2 cores (docs/PERFORMANCE.md): the per-step cost grows with the
@@ -104,7 +105,8 @@ double predictRecursiveDoublingSec(int n, size_t bytes, const LinkModel& m);
 double hdPenalty(size_t bytes, const LinkModel& m);
 
 // The most bytes any one rank reduces in an all-reduce of V bytes, as a multiple of V,
-// counted from the algorithm's schedules (cached per algorithm and world size).
+// counted from the algorithm's schedules (cached per algorithm and world size); the
+// ring's and naive's in closed form.
 double reducedBytesFactor(Algorithm a, int n);
 
 // What the cost model knows of the hosts (computed once per communicator).
