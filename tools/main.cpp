@@ -53,7 +53,7 @@ const char* kUsage =
     "--platform F.xml\n"
     "          -b 1M -e 64M -f 4 (or --sizes) --op allreduce|... --algo ring,tree,...|auto|all\n"
     "          --segment-bytes B (1M) --simgrid-cfg key:value,... --csv --no-replay-auto\n"
-    "          (docs/simulate.md)\n"
+    "          (each replay in a child process, from simulated time 0; docs/simulate.md)\n"
     "  version print the version\n"
     "\n"
     "limits: demo, bench, overlap and tune run every rank here: --world 1..256 (tune 2..256,\n"

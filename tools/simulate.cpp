@@ -9,9 +9,15 @@
 // busBwFactor), bytes/rank = the most payload any rank sent. Per size of an all-reduce
 // also what `auto` (the cost model of src/algorithms/select.cpp, told the platform's
 // figures) would choose, against the fastest replay.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -211,6 +217,94 @@ struct SimRow {
   uint64_t bytesPerRank = 0, messages = 0;
 };
 
+// What a replay's child process sends back over its pipe.
+struct ChildReport {
+  double seconds = 0, wall = 0;
+  uint64_t bytesPerRank = 0, messages = 0;
+  int failed = 0;  // 1: `kind` and `what` say why
+  ErrorKind kind = ErrorKind::System;
+  char what[2048] = {};
+};
+
+// The replay in this (child) process.
+ChildReport replayHere(const sim::ReplayConfig& rc) {
+  ChildReport rep;
+  try {
+    const sim::ReplayResult r = sim::replay(rc);
+    rep.seconds = r.seconds;
+    rep.wall = r.wallSeconds;
+    for (const sim::RankStats& s : r.ranks)
+      rep.bytesPerRank = std::max(rep.bytesPerRank, s.bytesSent);
+    rep.messages = r.messages;
+  } catch (const Error& e) {
+    rep.failed = 1;
+    rep.kind = e.kind();
+    std::snprintf(rep.what, sizeof rep.what, "%s", e.cause().c_str());
+  } catch (const std::exception& e) {
+    rep.failed = 1;
+    std::snprintf(rep.what, sizeof rep.what, "%s", e.what());
+  }
+  return rep;
+}
+
+// Every replay runs in a child forked from this process, which has built the platform
+// but never run the engine: each starts at simulated time 0 on the same engine state.
+// (In one process, a replay starts at the clock the previous one left, and
+// simultaneous events can then tie differently: naive at 33 ranks, 8 MiB, moved by
+// 0.6 % after a 1 MiB replay.) A child killed by a signal (the OOM killer's SIGKILL) is
+// named with what it was replaying.
+ChildReport replayInChild(const sim::ReplayConfig& rc, const std::string& what) {
+  int fds[2];
+  if (pipe(fds) != 0)
+    throwError(ErrorKind::System, std::string("simulate: pipe: ") + strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throwError(ErrorKind::System, std::string("simulate: fork: ") + strerror(errno));
+  if (pid == 0) {
+    close(fds[0]);
+    const ChildReport rep = replayHere(rc);
+    const char* p = reinterpret_cast<const char*>(&rep);
+    size_t left = sizeof rep;
+    while (left > 0) {
+      const ssize_t w = write(fds[1], p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) _exit(3);
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    _exit(0);  // no destructors: the engine and the actors die with the process
+  }
+  close(fds[1]);
+  ChildReport rep;
+  char* p = reinterpret_cast<char*>(&rep);
+  size_t got = 0;
+  while (got < sizeof rep) {
+    const ssize_t r = read(fds[0], p + got, sizeof rep - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    throwError(ErrorKind::System,
+               "simulate: the replay of " + what + " was killed by signal " + std::to_string(sig) +
+                   " (" + strsignal(sig) + ")" +
+                   (sig == SIGKILL ? "; out of memory? SimGrid holds about 2.5 KB per message "
+                                     "in flight (naive: N(N-1) at once)"
+                                   : ""));
+  }
+  if (got != sizeof rep || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throwError(ErrorKind::System, "simulate: the replay of " + what + " ended without a result");
+  }
+  if (rep.failed) throwError(rep.kind, rep.what);
+  return rep;
+}
+
 SimRow runOne(const SimConfig& c, const sim::RankPlacement& p, uint64_t sizeBytes, Algorithm al) {
   const int n = static_cast<int>(p.hostOfRank.size());
   const size_t elem = dataTypeSize(c.dtype);
@@ -230,18 +324,17 @@ SimRow runOne(const SimConfig& c, const sim::RankPlacement& p, uint64_t sizeByte
   rc.copyBytesPerSec = c.copyBytesPerSec;
   rc.layout = &p.layout;
   rc.hostOfRank = p.hostOfRank;
-  const sim::ReplayResult r = sim::replay(rc);
   SimRow row;
   row.count = blocks * rc.count;
   row.size = row.count * elem;
   row.algo = std::string(toString(al));
+  const ChildReport r = replayInChild(rc, row.algo + " at " + std::to_string(row.size) + " B");
   row.seconds = r.seconds;
   row.algbw = r.seconds > 0 ? static_cast<double>(row.size) / r.seconds / 1e9 : 0;
   row.busbw = row.algbw * algo::busBwFactor(c.coll, n);
-  for (const sim::RankStats& s : r.ranks)
-    row.bytesPerRank = std::max(row.bytesPerRank, s.bytesSent);
+  row.bytesPerRank = r.bytesPerRank;
   row.messages = r.messages;
-  row.wall = r.wallSeconds;
+  row.wall = r.wall;
   return row;
 }
 
