@@ -8,11 +8,14 @@
 // - Any thread may issue collectives on a communicator; they execute in the order they
 //   were issued, one at a time, and every rank must issue the same sequence.
 // - Asynchronous collectives run on the communicator's progress thread, started on the
-//   first asynchronous call. A blocking call with nothing queued runs on the caller's
-//   thread (lowest latency); with work queued it waits its turn.
+//   first asynchronous call, or on the thread that waits on one (wait() without a timeout)
+//   issued to an idle queue, if it waits within 50 us (docs/async.md). A blocking call with
+//   nothing queued runs on the caller's thread (lowest latency); with work queued it waits
+//   its turn.
 // - Buffers of an asynchronous call must stay valid and untouched until it completes.
-// - Completion callbacks run on the progress thread, exactly once, in issue order. They
-//   may issue asynchronous calls but must not wait on the same communicator.
+// - Completion callbacks run on the thread that ran the call (the progress thread, or the
+//   waiter's), exactly once, in issue order. They may issue asynchronous calls but must not
+//   wait on the same communicator.
 #pragma once
 
 #include <chrono>

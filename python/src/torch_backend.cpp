@@ -327,10 +327,22 @@ class Completer {
   bool stop_ = false;
 };
 
-// A tccl Work as a c10d Work. The completion callback (tccl's progress thread) unpacks
-// scratch results, then hands the future's completion to the Completer; tccl counts the
-// work completed only after its callbacks have run, so isCompleted() and wait() see the
-// unpacked results.
+// The tccl Work this thread waits on in TcclWork::wait, and the future's completion its
+// callback left for that wait to run: when the waiter runs the call itself (tccl's
+// Work::wait does when the call is next in the queue), the callback runs on the waiter's
+// thread, inside tccl's queue, where the future's callbacks must not run (one that waits
+// on this group would wait on itself); wait() runs it once tccl's wait has returned,
+// instead of handing it to the Completer's thread (a wake-up per call).
+struct InlineCompletion {
+  const tccl::Work* work = nullptr;
+  std::function<void()> complete;
+};
+thread_local InlineCompletion tInline;
+
+// A tccl Work as a c10d Work. The completion callback (tccl's progress thread, or the
+// waiter's: above) unpacks scratch results, then hands the future's completion to the
+// Completer (or to the waiter); tccl counts the work completed only after its callbacks
+// have run, so isCompleted() and wait() see the unpacked results.
 class TcclWork final : public c10d::Work {
  public:
   TcclWork(int rank, c10d::OpType type, tccl::WorkPtr work, std::vector<at::Tensor> outputs,
@@ -360,12 +372,16 @@ class TcclWork final : public c10d::Work {
           unpackError->error = e;
         }
       }
-      completer->post([future, outputs, e] {
+      auto complete = [future, outputs, e] {
         if (e)
           future->setError(e);
         else
           future->markCompleted(c10::IValue(outputs));
-      });
+      };
+      if (tInline.work == raw)
+        tInline.complete = std::move(complete);
+      else
+        completer->post(std::move(complete));
     });
   }
 
@@ -380,10 +396,20 @@ class TcclWork final : public c10d::Work {
   void synchronize() override {}
   bool wait(std::chrono::milliseconds timeout) override {
     try {
-      if (timeout == kNoTimeout)
+      if (timeout == kNoTimeout) {
+        // Runs the future's completion if the callback left it here, errors included.
+        struct Inline {
+          explicit Inline(const tccl::Work* w) { tInline.work = w; }
+          ~Inline() {
+            tInline.work = nullptr;
+            // Nothing else completes this future (the callback left it here instead).
+            if (auto fn = std::exchange(tInline.complete, nullptr)) fn();
+          }
+        } scope(work_.get());
         work_->wait();
-      else
+      } else {
         work_->wait(timeout);
+      }
     } catch (const tccl::Error&) {
       std::rethrow_exception(torchFacing(std::current_exception()));
     }

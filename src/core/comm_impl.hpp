@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -164,18 +165,40 @@ struct Communicator::Impl {
 
   // ---- the call queue (progress.cpp): issueMu guards all of it but `last` ---------------
   struct Queue {
+    Queue();
+    ~Queue();
+    Queue(const Queue&) = delete;
+    Queue& operator=(const Queue&) = delete;
     std::mutex issueMu;
-    std::condition_variable cv;
+    // The progress thread sleeps in poll(2) on both: wakeFd (an eventfd) says "look
+    // again" (a call to run, the end); graceFd (a timerfd) is armed to graceUntil by a
+    // call issued to an idle queue and disarmed when its waiter runs it, so that a call
+    // waited on at once wakes no thread at all.
+    int wakeFd = -1;
+    int graceFd = -1;
+    void wake() const;
+    void armGrace(std::chrono::steady_clock::time_point until) const;  // {}: disarm
     std::deque<std::pair<PreparedCall, WorkPtr>> pending;
     int64_t seq = 0;    // the next collective's number
-    bool busy = false;  // the progress thread runs a call
+    bool busy = false;  // a call runs: on the progress thread, or on a waiter's (runQueued)
     bool stopping = false;
+    // A call issued to an idle queue is the progress thread's only after this: until
+    // then its waiter may run it (runQueued). Cleared when the front call is taken.
+    std::chrono::steady_clock::time_point graceUntil{};
     // The progress thread: started by the first asynchronous call, it ends after
     // kProgressLinger without work (so idle sub-communicators hold no thread) and the
     // next one starts it again. progressRunning: it has not decided to end.
     std::thread progress;
     bool progressRunning = false;
     CallStats last;  // the last blocking call's (written and read by the issuing thread)
+    // What a queued Work's driver holds of this communicator (it may be waited on after
+    // the communicator is gone): a driver runs with `mu` shared and `alive` true; the
+    // destructor clears `alive` under `mu` held exclusively, so it waits for them.
+    struct Gate {
+      std::shared_mutex mu;
+      bool alive = true;
+    };
+    std::shared_ptr<Gate> gate = std::make_shared<Gate>();
   } queue;
 
   ~Impl();
@@ -217,6 +240,13 @@ struct Communicator::Impl {
 
   // ---- the call queue and execution (progress.cpp) ---------------------------------------
   void progressLoop();
+  // A waiter's turn at the queue (the driver of every queued collective, Work::wait):
+  // when `work` is next and no call runs, run it here rather than wake the progress
+  // thread for it. Returns at once otherwise.
+  void runQueued(const WorkPtr& work);
+  // Runs a task taken off the queue and completes its Work (busy is set; the caller
+  // clears it).
+  void runTask(std::pair<PreparedCall, WorkPtr>& task);
   // Runs one call on the calling thread. execMu is held.
   void execute(PreparedCall& call, CallStats* stats);
   // execute's steps, in order.

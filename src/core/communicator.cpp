@@ -75,10 +75,15 @@ Communicator Communicator::fromEnv(CommOptions options) {
 
 Communicator::Impl::~Impl() {
   {
+    // No queued Work's driver runs a call here from now on (waits for those that do).
+    std::unique_lock<std::shared_mutex> lk(queue.gate->mu);
+    queue.gate->alive = false;
+  }
+  {
     std::lock_guard<std::mutex> lk(queue.issueMu);
     queue.stopping = true;
   }
-  queue.cv.notify_all();
+  queue.wake();
   if (queue.progress.joinable()) queue.progress.join();  // drains the queue first
   {
     // Before the transport whose p2p links it uses; fails what is still pending.

@@ -2,7 +2,14 @@
 // must be the same on every rank), then runs on the caller's thread when nothing is
 // queued, else on the progress thread; execute runs one call in named steps (see
 // docs/architecture.md, "Life of an all-reduce").
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string_view>
 
 #include "algorithms/collective_spec.hpp"
@@ -24,6 +31,47 @@ struct CallPlan {
 // How long the progress thread waits for more work before it ends: long next to the gap
 // between a training step's collectives, short next to a sub-communicator's idle life.
 constexpr std::chrono::milliseconds kProgressLinger{1000};
+// How long the progress thread leaves a call issued to an idle queue to its waiter: a
+// blocking collective of torch's is an asynchronous call waited on at once (a few us of
+// Python later), and the waiter that runs it itself saves two thread wake-ups on its
+// critical path. An asynchronous call nobody waits on starts this much later.
+constexpr std::chrono::microseconds kStealGrace{50};
+
+Communicator::Impl::Queue::Queue() {
+  wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  graceFd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (wakeFd < 0 || graceFd < 0) {
+    const int err = errno;
+    if (wakeFd >= 0) ::close(wakeFd);
+    if (graceFd >= 0) ::close(graceFd);
+    throwError(ErrorKind::System,
+               std::string("the call queue's eventfd/timerfd: ") + std::strerror(err));
+  }
+}
+
+Communicator::Impl::Queue::~Queue() {
+  ::close(wakeFd);
+  ::close(graceFd);
+}
+
+void Communicator::Impl::Queue::wake() const {
+  const uint64_t one = 1;
+  // Only EAGAIN can fail it (the counter at its maximum: a wake-up is pending anyway).
+  [[maybe_unused]] const ssize_t n = ::write(wakeFd, &one, sizeof one);
+}
+
+void Communicator::Impl::Queue::armGrace(std::chrono::steady_clock::time_point until) const {
+  itimerspec t{};
+  if (until != std::chrono::steady_clock::time_point{}) {
+    // steady_clock is CLOCK_MONOTONIC: an absolute expiry (a past one fires at once).
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+    t.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+    t.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0) t.it_value.tv_nsec = 1;
+  }
+  ::timerfd_settime(graceFd, TFD_TIMER_ABSTIME, &t, nullptr);
+}
 
 WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   Impl& m = *impl_;
@@ -47,6 +95,22 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   }
   auto work =
       std::make_shared<Work>(std::string(algo::spec(call.kind).name), call.seq, m.boot.rank);
+  // A waiter whose call is next runs it itself (runQueued): a call issued and waited on at
+  // once, as torch's blocking collectives are, costs no hand-off to the progress thread
+  // and back. Neither holds the other (a cycle), nor does it hold the communicator.
+  work->setDriver(
+      [gate = std::weak_ptr<Impl::Queue::Gate>(q.gate), &m, weak = std::weak_ptr<Work>(work)] {
+        const auto g = gate.lock();
+        const auto w = weak.lock();
+        if (!g || !w) return;
+        std::shared_lock<std::shared_mutex> alive(g->mu);
+        if (g->alive) m.runQueued(w);
+      });
+  const bool idle = q.pending.empty() && !q.busy;
+  if (idle) {
+    q.graceUntil = std::chrono::steady_clock::now() + kStealGrace;
+    q.armGrace(q.graceUntil);
+  }
   q.pending.emplace_back(std::move(call), work);
   if (!q.progressRunning) {
     // The last one ended for want of work (it takes no lock after saying so): reap it.
@@ -55,7 +119,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     q.progressRunning = true;
   }
   issueLock.unlock();
-  q.cv.notify_all();
+  if (!idle) q.wake();  // an idle queue's call: the grace timer wakes the thread if need be
   if (async) return work;
   // Asynchronous work is queued ahead of this blocking call: wait for its turn.
   work->wait();
@@ -64,40 +128,85 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
 }
 
 void Communicator::Impl::progressLoop() {
+  auto idleSince = std::chrono::steady_clock::now();
   for (;;) {
     std::pair<PreparedCall, WorkPtr> task;
     {
       std::unique_lock<std::mutex> lk(queue.issueMu);
-      queue.cv.wait_for(lk, kProgressLinger,
-                        [&] { return queue.stopping || !queue.pending.empty(); });
-      if (queue.pending.empty()) {
-        // Stopping and drained, or idle for kProgressLinger: a communicator that is not
-        // used (one of many torch groups, say) holds no thread; issue starts a new one.
-        queue.progressRunning = false;
-        return;
+      const auto now = std::chrono::steady_clock::now();
+      // A waiter running a call (runQueued) keeps this thread: it may queue more, and the
+      // destructor's join then waits for it too.
+      const bool ready =
+          !queue.busy && !queue.pending.empty() && (queue.stopping || now >= queue.graceUntil);
+      if (!ready) {
+        if (!queue.busy && queue.pending.empty() &&
+            (queue.stopping || now - idleSince >= kProgressLinger)) {
+          // Stopping and drained, or idle for kProgressLinger: a communicator that is not
+          // used (one of many torch groups, say) holds no thread; issue starts a new one.
+          queue.progressRunning = false;
+          return;
+        }
+        if (queue.busy || !queue.pending.empty()) idleSince = now;
+        lk.unlock();
+        // Until a wake-up, the grace timer, or the end of the linger.
+        pollfd fds[2] = {{queue.wakeFd, POLLIN, 0}, {queue.graceFd, POLLIN, 0}};
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kProgressLinger -
+                                                                                (now - idleSince));
+        ::poll(fds, 2, static_cast<int>(std::max<int64_t>(1, left.count() + 1)));
+        uint64_t drain = 0;
+        [[maybe_unused]] ssize_t n = ::read(queue.wakeFd, &drain, sizeof drain);
+        n = ::read(queue.graceFd, &drain, sizeof drain);
+        continue;
       }
       task = std::move(queue.pending.front());
       queue.pending.pop_front();
+      queue.graceUntil = {};
       queue.busy = true;
     }
-    CallStats stats;
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lk(exec.execMu);
-      task.second->markStarted();
-      try {
-        execute(task.first, &stats);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    task.second->complete(std::move(stats), error);
-    {
-      std::lock_guard<std::mutex> lk(queue.issueMu);
-      queue.busy = false;
-    }
-    queue.cv.notify_all();
+    runTask(task);
+    std::lock_guard<std::mutex> lk(queue.issueMu);
+    queue.busy = false;
+    idleSince = std::chrono::steady_clock::now();
   }
+}
+
+void Communicator::Impl::runQueued(const WorkPtr& work) {
+  std::pair<PreparedCall, WorkPtr> task;
+  {
+    std::lock_guard<std::mutex> lk(queue.issueMu);
+    if (queue.busy || queue.pending.empty() || queue.pending.front().second != work) return;
+    task = std::move(queue.pending.front());
+    queue.pending.pop_front();
+    if (queue.graceUntil != std::chrono::steady_clock::time_point{}) {
+      queue.graceUntil = {};
+      queue.armGrace({});  // it is taken: no need to wake the progress thread for it
+    }
+    queue.busy = true;
+  }
+  runTask(task);
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lk(queue.issueMu);
+    queue.busy = false;
+    more = queue.stopping || !queue.pending.empty();
+  }
+  // The progress thread waits for a call to run or for the end, nothing else.
+  if (more) queue.wake();
+}
+
+void Communicator::Impl::runTask(std::pair<PreparedCall, WorkPtr>& task) {
+  CallStats stats;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lk(exec.execMu);
+    task.second->markStarted();
+    try {
+      execute(task.first, &stats);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  task.second->complete(std::move(stats), error);
 }
 
 // ---- one call -------------------------------------------------------------------------

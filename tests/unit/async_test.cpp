@@ -96,6 +96,64 @@ TEST(Async, BlockingCallAfterAsyncRunsInIssueOrder) {
   });
 }
 
+// A call issued to an idle queue and waited on at once is run by its waiter (no hand-off
+// to the progress thread): its callback runs on the waiting thread. The progress thread
+// leaves it 50 us (kStealGrace), which a preempted waiter may miss, so of 20 such calls at
+// least one must show it; every result is exact either way.
+TEST(Async, ACallWaitedOnAtOnceRunsOnTheWaitersThread) {
+  runRanks(2, [](Communicator& comm) {
+    int onWaiter = 0;
+    for (int i = 0; i < 20; ++i) {
+      std::vector<int32_t> v(8, comm.rank() + i);
+      std::thread::id ranOn;
+      WorkPtr w = comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum);
+      w->onComplete([&](const Error*) { ranOn = std::this_thread::get_id(); });
+      w->wait();
+      onWaiter += ranOn == std::this_thread::get_id() ? 1 : 0;
+      for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
+    }
+    EXPECT_GE(onWaiter, 1);
+  });
+}
+
+// Nobody waits: the progress thread runs it once the grace is over.
+TEST(Async, ACallNobodyWaitsOnCompletesOnItsOwn) {
+  runRanks(2, [](Communicator& comm) {
+    std::vector<float> v(1000);
+    for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k + comm.rank());
+    WorkPtr w = comm.allreduceAsync(std::span<float>(v), ReduceOp::Sum);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(w->isCompleted());
+    for (size_t k = 0; k < v.size(); ++k) ASSERT_EQ(v[k], static_cast<float>(2 * k + 1));
+  });
+}
+
+// Issued, then the communicator ends within the grace: the end runs it (the destructor
+// drains the queue), and a wait afterwards, with no communicator to run it, returns.
+TEST(Async, ACallIssuedJustBeforeTheEndCompletes) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<WorkPtr> works(2);
+  std::vector<std::vector<int64_t>> bufs(2, std::vector<int64_t>(33));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator comm(store, r, 2);
+      for (size_t k = 0; k < 33; ++k)
+        bufs[static_cast<size_t>(r)][k] = static_cast<int64_t>(k) * (r + 1);
+      works[static_cast<size_t>(r)] =
+          comm.allreduceAsync(std::span<int64_t>(bufs[static_cast<size_t>(r)]), ReduceOp::Sum);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    works[static_cast<size_t>(r)]->wait();
+    for (size_t k = 0; k < 33; ++k)
+      ASSERT_EQ(bufs[static_cast<size_t>(r)][k], static_cast<int64_t>(3 * k));
+  }
+}
+
 TEST(Async, IssuingFromTwoThreadsKeepsOneOrder) {
   // Each rank issues from two threads, handing off in a fixed order, so every rank
   // issues the same sequence; results must match their position in that sequence.
