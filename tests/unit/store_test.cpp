@@ -185,6 +185,9 @@ TYPED_TEST(StoreConformance, CheckNeverWaits) {
 
 TYPED_TEST(StoreConformance, WaitAndGetSeeKeysSetLater) {
   Store& s = *this->store;
+  // Before the writer starts, which sleeps 80 ms before its last key of the wait: a
+  // start taken after it could be late by however long this thread was descheduled.
+  const auto start = Clock::now();
   std::thread writer([&] {
     std::shared_ptr<Store> h = this->factory.another();
     std::this_thread::sleep_for(50ms);
@@ -194,7 +197,6 @@ TYPED_TEST(StoreConformance, WaitAndGetSeeKeysSetLater) {
     std::this_thread::sleep_for(30ms);
     h->setString("late", "value");
   });
-  const auto start = Clock::now();
   s.wait({"rank/1/addr", "ready"}, kLongTimeout);
   EXPECT_GE(msSince(start), 70);
   EXPECT_EQ(s.getString("rank/1/addr"), "10.0.0.1:7000");
