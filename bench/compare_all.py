@@ -12,7 +12,11 @@ alternates the contenders within each repetition, and prints markdown tables of 
 
   compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
-           bcube (its halving-doubling-like algorithm) over 127.0.0.1.
+           bcube (its halving-doubling-like algorithm) over 127.0.0.1, and through Python
+           (bench/py_allreduce.py under `tccl launch`): torch.distributed with the tccl and the
+           gloo backend, and `import tccl` on numpy. Those three work in place (torch's
+           all_reduce does); --no-python leaves them out. PYTHONPATH_TCCL (default: the
+           directory of TCCL's build + /python) holds the tccl package.
   --sweep: every fixed all-reduce algorithm and `auto` (in one job per size, in an order rotated per
            repetition) over 8 B..16 MiB (x8) and 64 MiB at each world; for each size `auto` against
            the best fixed algorithm, medians over the repetitions, and at the end the worst ratio
@@ -98,11 +102,28 @@ def gloo(world, size, algo):
     raise RuntimeError("no result from gloo_allreduce")
 
 
+PY_BENCH = os.path.join(ROOT, "bench", "py_allreduce.py")
+PY_IMPLS = [("torch tccl", "torch-tccl"), ("torch gloo", "torch-gloo"), ("import tccl (numpy)", "tccl-numpy")]
+
+
+def python_row(world, size, impl):
+    it, wu = iters_for(size)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH_TCCL", os.path.join(os.path.dirname(TCCL), "python"))
+    out = run([TCCL, "launch", "--nproc-per-node", str(world), "--no-tag-output", "--",
+               "/usr/bin/python3", PY_BENCH, impl, str(size), str(it), str(wu)], env=env)
+    for line in out.splitlines():
+        f = line.split(",")
+        if f[0] == "csv":  # csv,impl,world,size,time_us,algbw_gbps,busbw_gbps,wrong
+            return float(f[4]), float(f[6]), float(f[7])
+    raise RuntimeError(f"no result from py_allreduce.py {impl}:\n" + out)
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def compare(worlds, reps):
+def compare(worlds, reps, python=True):
     sizes = [8, 64 << 20]
     res = {}
     for rep in range(reps):
@@ -114,6 +135,8 @@ def compare(worlds, reps):
                 res.setdefault((w, s, "Open MPI"), []).append(mpi(w, s))
                 for g in ("ring", "bcube"):
                     res.setdefault((w, s, "Gloo " + g), []).append(gloo(w, s, g))
+                for name, impl in (PY_IMPLS if python else []):
+                    res.setdefault((w, s, name), []).append(python_row(w, s, impl))
     bad = [(k, max(x[2] for x in v)) for k, v in res.items() if max(x[2] for x in v) != 0]
     if bad:
         sys.exit(f"compare_all.py: wrong results: {bad}")
@@ -134,6 +157,21 @@ def compare(worlds, reps):
         b_auto = med([x[1] for v in pick(64 << 20, "tccl") for x in v])
         b_mpi = med([x[1] for v in pick(64 << 20, "Open MPI") for x in v])
         print(f"| {w} | {t_auto / t_mpi:.2f} | {t_auto / t_gloo:.2f} | {b_auto / b_mpi:.2f} |")
+    if not python:
+        return
+    print()
+    print("| world | 8 B: torch tccl / tccl C++ time | 8 B: import tccl / tccl C++ time | "
+          "8 B: torch gloo / torch tccl time | 64 MiB: torch tccl / tccl C++ busbw | "
+          "64 MiB: torch tccl / torch gloo busbw |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for w in worlds:
+        def m(s, prefix, i):
+            return med([x[i] for (ww, ss, impl), v in res.items() if ww == w and ss == s and impl.startswith(prefix)
+                        for x in v])
+        big = 64 << 20
+        print(f"| {w} | {m(8, 'torch tccl', 0) / m(8, 'tccl auto', 0):.2f} | {m(8, 'import tccl', 0) / m(8, 'tccl auto', 0):.2f} | "
+              f"{m(8, 'torch gloo', 0) / m(8, 'torch tccl', 0):.2f} | {m(big, 'torch tccl', 1) / m(big, 'tccl auto', 1):.2f} | "
+              f"{m(big, 'torch tccl', 1) / m(big, 'torch gloo', 1):.2f} |")
 
 
 # The fixed all-reduce algorithms on one host (hier needs several) and auto.
@@ -182,12 +220,13 @@ def main():
     ap.add_argument("--worlds", default="2,4,8")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--no-python", action="store_true", help="leave out the torch and import tccl rows")
     a = ap.parse_args()
     worlds = [int(x) for x in a.worlds.split(",")]
     if a.sweep:
         sweep(worlds, a.reps)
     else:
-        compare(worlds, a.reps)
+        compare(worlds, a.reps, python=not a.no_python)
 
 
 if __name__ == "__main__":
