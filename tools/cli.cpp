@@ -758,4 +758,16 @@ std::map<std::string, std::string> decodeRecord(const std::string& s) {
   return kv;
 }
 
+bool writeAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
 }  // namespace tccl::cli

@@ -153,4 +153,8 @@ bool rankFromEnvironment();
 std::string encodeRecord(const std::map<std::string, std::string>& kv);
 std::map<std::string, std::string> decodeRecord(const std::string& s);
 
+// Writes all n bytes to fd, retrying short writes and EINTR. False: the fd failed
+// (closed, or another error) before all were written.
+bool writeAll(int fd, const void* data, size_t n);
+
 }  // namespace tccl::cli

@@ -299,15 +299,8 @@ struct Rank {
 
 constexpr size_t kMaxLine = 64 * 1024;  // longer lines are cut into pieces this long
 
-void writeAll(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // our own stdout is gone: drop the output, keep supervising
-    done += static_cast<size_t>(n);
-  }
-}
+// Our own stdout gone: the output is dropped, supervising goes on.
+void writeAll(int fd, const std::string& s) { (void)cli::writeAll(fd, s.data(), s.size()); }
 
 void emitLines(OutputPipe& p, const std::string& tag, bool final) {
   size_t start = 0;

@@ -264,16 +264,8 @@ ChildReport replayInChild(const sim::ReplayConfig& rc, const std::string& what) 
   if (pid == 0) {
     close(fds[0]);
     const ChildReport rep = replayHere(rc);
-    const char* p = reinterpret_cast<const char*>(&rep);
-    size_t left = sizeof rep;
-    while (left > 0) {
-      const ssize_t w = write(fds[1], p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) _exit(3);
-      p += w;
-      left -= static_cast<size_t>(w);
-    }
-    _exit(0);  // no destructors: the engine and the actors die with the process
+    // No destructors: the engine and the actors die with the process.
+    _exit(writeAll(fds[1], &rep, sizeof rep) ? 0 : 3);
   }
   close(fds[1]);
   ChildReport rep;
