@@ -81,6 +81,7 @@ for _ in $(seq 100); do
 done
 [ -n "$child" ] && kill -9 "$child"
 timeout 60 tail --pid="$parent" -f /dev/null
+kill -9 "$parent" 2>/dev/null  # still running after 60 s: end it (and fail below)
 wait "$parent"; rc=$?
 cat "$tmp/killed.err"
 check "killed replay: exit 1 ($rc)" test $rc -eq 1
