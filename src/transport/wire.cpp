@@ -96,6 +96,8 @@ std::string_view toString(RejectReason r) {
       return "unexpected handshake message";
     case RejectReason::BadLane:
       return "unknown connection lane (0 collectives, 1 point to point)";
+    case RejectReason::NsocksDiffers:
+      return "TCCL_NSOCKS differs (set it the same on every rank)";
   }
   return "unknown reason";
 }
@@ -159,7 +161,7 @@ RejectReason checkHello(const Hello& h, uint64_t jobId, uint64_t commId, int myR
   if (h.worldSize != worldSize) return RejectReason::WrongWorldSize;
   if (h.rank < 0 || h.rank >= worldSize || h.rank == myRank) return RejectReason::BadRank;
   if (h.targetRank != myRank) return RejectReason::WrongTarget;
-  if (h.lane > 1) return RejectReason::BadLane;
+  if (!validLaneField(h.lane)) return RejectReason::BadLane;
   return RejectReason::None;
 }
 

@@ -7,7 +7,9 @@
 //   0      2    magic        0x54 0x43 ("TC")
 //   2      1    kind         1 = data, 2 = abort (no payload; see below); 3-7 = the
 //                            point-to-point protocol's messages (below)
-//   3      1    flags        reserved (0)
+//   3      1    flags        bit 0: point to point; bit 1: payload striped across the
+//                            connection's sockets (striped_link.hpp; lane 0 with
+//                            TCCL_NSOCKS > 1 only, never seen above the link)
 //   4      4    seq          collective sequence number on the communicator (mod 2^32)
 //   8      4    fingerprint  hash of the collective's signature (see fingerprint())
 //   12     4    step         the schedule step this message belongs to
@@ -30,8 +32,10 @@
 //                                                          4 challenge, 5 proof)
 //   8  8 job id            16 8 communicator id (hash of the communicator's name)
 //   24 4 rank (sender)     28 4 world size      32 4 target rank    36 4 reason (reject)
-//   40 4 flags (bit 0: the sender has an auth key)                  44 4 lane (0 collectives,
-//                                                                        1 point to point)
+//   40 4 flags (bit 0: the sender has an auth key)                  44 4 lane field: byte 0
+//        the lane (0 collectives, 1 point to point), byte 1 the socket's stripe index,
+//        byte 2 the number of sockets minus 1 (TCCL_NSOCKS - 1), byte 3 zero; one socket
+//        per lane (NSOCKS=1) is exactly the lane, as before stripes existed
 //   48 32 nonce (hello: the dialler's; challenge: the acceptor's)
 //   80 32 mac (challenge: the acceptor's HMAC; proof: the dialler's; see auth/auth.hpp)
 //
@@ -120,6 +124,8 @@ enum class RejectReason : uint32_t {
   AuthFailed = 11,       // a MAC did not verify: the keys differ
   Unexpected = 12,       // a handshake message out of order
   BadLane = 13,          // a lane other than 0 (collectives) or 1 (point to point)
+  NsocksDiffers = 14,    // the two sides' TCCL_NSOCKS differ (the Reject's lane field
+                         // carries the rejecting side's count)
 };
 std::string_view toString(RejectReason r);
 
@@ -133,11 +139,31 @@ struct Hello {
   int32_t targetRank = -1;
   RejectReason reason = RejectReason::None;
   uint32_t flags = 0;
-  uint32_t lane = 0;  // which connection of the pair: 0 collectives, 1 point to point
+  uint32_t lane = 0;  // the lane field: laneOf() 0 collectives, 1 point to point (below)
   std::array<uint8_t, kNonceSize> nonce{};
   std::array<uint8_t, kMacSize> mac{};
   bool operator==(const Hello&) const = default;
 };
+
+// The Hello's 32-bit lane field: lane | stripe << 8 | (stripes - 1) << 16. With one
+// socket per lane it is the lane alone, so TCCL_NSOCKS=1 puts the bytes of before on the
+// wire, and a peer of before refuses a striped Hello as BadLane.
+constexpr int kMaxStripes = 16;
+constexpr uint32_t laneField(uint32_t lane, int stripe, int stripes) {
+  return lane | static_cast<uint32_t>(stripe) << 8 | static_cast<uint32_t>(stripes - 1) << 16;
+}
+constexpr uint32_t laneOf(uint32_t field) { return field & 0xFF; }
+constexpr int stripeOf(uint32_t field) { return static_cast<int>((field >> 8) & 0xFF); }
+constexpr int stripesOf(uint32_t field) { return static_cast<int>((field >> 16) & 0xFF) + 1; }
+// A lane field this version understands: lane 0 or 1, byte 3 zero, at most kMaxStripes
+// sockets, the stripe index below their count, and the p2p lane on one socket.
+constexpr bool validLaneField(uint32_t field) {
+  return laneOf(field) <= 1 && (field >> 24) == 0 && stripesOf(field) <= kMaxStripes &&
+         stripeOf(field) < stripesOf(field) && (laneOf(field) == 0 || stripesOf(field) == 1);
+}
+
+// MessageHeader::flags bit 1: the payload is striped (see striped_link.hpp).
+constexpr uint8_t kFlagStriped = 2;
 
 void encodeHello(const Hello& h, uint8_t out[kHelloSize]);
 // Decodes without judging the content; returns BadMagic for a stranger's bytes and

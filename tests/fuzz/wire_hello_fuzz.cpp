@@ -27,7 +27,14 @@ void checkAcceptance(const Hello& h, uint64_t jobId, uint64_t commId, int myRank
   FUZZ_CHECK(h.worldSize == worldSize, "only this world size");
   FUZZ_CHECK(h.rank >= 0 && h.rank < worldSize && h.rank != myRank, "only another rank in range");
   FUZZ_CHECK(h.targetRank == myRank, "only a hello addressed to this rank");
-  FUZZ_CHECK(h.lane <= 1, "only lane 0 (collectives) or 1 (point to point)");
+  // The lane field (docs/protocol.md): byte 0 the lane, byte 1 the stripe, byte 2 the
+  // socket count minus 1, byte 3 zero.
+  const uint32_t lane = h.lane & 0xFF, stripe = (h.lane >> 8) & 0xFF;
+  const uint32_t count = ((h.lane >> 16) & 0xFF) + 1;
+  FUZZ_CHECK(lane <= 1, "only lane 0 (collectives) or 1 (point to point)");
+  FUZZ_CHECK((h.lane >> 24) == 0, "byte 3 of the lane field is zero");
+  FUZZ_CHECK(count <= 16 && stripe < count, "a stripe below a count of at most 16 sockets");
+  FUZZ_CHECK(lane == 0 || count == 1, "the p2p lane is one socket");
 }
 
 // The transport calls plausibleHelloPrefix on every prefix it has received, so each prefix

@@ -313,6 +313,42 @@ TEST(WireHello, CheckRejectsAnUnknownLane) {
   EXPECT_EQ(out.lane, 0x04030201u);
 }
 
+// Several sockets per peer (docs/nsocks.md): byte 1 of the lane field is the stripe,
+// byte 2 the socket count minus 1; one socket is the lane alone, the bytes of before.
+TEST(WireHello, LaneFieldCarriesStripeAndSocketCount) {
+  EXPECT_EQ(laneField(0, 0, 1), 0u);
+  EXPECT_EQ(laneField(1, 0, 1), 1u);
+  EXPECT_EQ(laneField(0, 3, 4), 0x00030300u);
+  EXPECT_EQ(laneField(0, 15, 16), 0x000F0F00u);
+  for (int k = 1; k <= kMaxStripes; ++k) {
+    for (int s = 0; s < k; ++s) {
+      const uint32_t f = laneField(0, s, k);
+      EXPECT_EQ(laneOf(f), 0u);
+      EXPECT_EQ(stripeOf(f), s);
+      EXPECT_EQ(stripesOf(f), k);
+      EXPECT_TRUE(validLaneField(f));
+      Hello h = sampleHello();
+      h.lane = f;
+      EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::None) << f;
+      const HelloBytes b = encode(h);
+      EXPECT_EQ(b[44], 0);
+      EXPECT_EQ(b[45], s);
+      EXPECT_EQ(b[46], k - 1);
+      EXPECT_EQ(b[47], 0);
+    }
+  }
+  // Refused: a stripe at or beyond the count, more than 16 sockets, a striped p2p lane,
+  // anything in byte 3.
+  Hello h = sampleHello();
+  for (uint32_t bad : {laneField(0, 4, 4), laneField(0, 1, 1), 0x00100000u, 0x00FF0000u,
+                       laneField(1, 0, 2), laneField(1, 1, 2), 0x01000000u | laneField(0, 0, 2)}) {
+    h.lane = bad;
+    EXPECT_FALSE(validLaneField(bad)) << bad;
+    EXPECT_EQ(checkHello(h, h.jobId, h.commId, 3, 5), RejectReason::BadLane) << bad;
+  }
+  EXPECT_NE(toString(RejectReason::NsocksDiffers).find("TCCL_NSOCKS"), std::string::npos);
+}
+
 TEST(WireHello, CheckNamesEachBadField) {
   const uint64_t job = 0x0102030405060708;
   const uint64_t comm = 0x1112131415161718;
