@@ -122,6 +122,9 @@ LinkIo RxFrame::readInto(Link& link, uint8_t* dst, size_t want) {
   }
   iovec iov[2] = {{dst, want}, {stage_.data(), stage_.size()}};
   LinkIo io = link.readv(iov, stage_.empty() ? 1 : 2);
+  drained_ =
+      io.status == LinkStatus::Blocked ||
+      (io.status == LinkStatus::Progress && !stage_.empty() && io.bytes < want + stage_.size());
   if (io.status == LinkStatus::Progress && io.bytes > want) {
     stagePos_ = 0;
     stageEnd_ = io.bytes - want;
@@ -191,12 +194,28 @@ bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, De
                bool* woken) {
   std::vector<pollfd> fds;
   fds.reserve(links.size() + wakeFds.size());
-  for (LinkWait& w : links) {
+  // Links that wait for writing on a descriptor of their own (striped links): their
+  // entries go after the wake descriptors.
+  struct Writer {
+    size_t link;  // index in links
+    int fd;
+    size_t at = 0;  // index in fds
+  };
+  std::vector<Writer> writers;
+  for (size_t i = 0; i < links.size(); ++i) {
+    LinkWait& w = links[i];
     w.revents = 0;
+    const int wfd = w.write ? w.link->writePollFd() : -1;
+    if (wfd >= 0) writers.push_back({i, wfd});
     fds.push_back({w.link->pollFd(), w.link->pollEvents(w.read, w.write), 0});
   }
   for (int fd : wakeFds) {
     if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
+  const size_t wakeEnd = fds.size();
+  for (Writer& wr : writers) {
+    wr.at = fds.size();
+    fds.push_back({wr.fd, links[wr.link].link->writePollEvents(), 0});
   }
   if (woken) *woken = false;
   int n = 0;
@@ -207,12 +226,13 @@ bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, De
     break;
   }
   if (n == 0) return !deadline.expired();
+  for (size_t i = 0; i < links.size(); ++i) links[i].revents = fds[i].revents;
+  for (const Writer& wr : writers) links[wr.link].revents |= fds[wr.at].revents;
   for (size_t i = 0; i < links.size(); ++i) {
-    links[i].revents = fds[i].revents;
-    if (fds[i].revents != 0) links[i].link->afterWake();
+    if (links[i].revents != 0) links[i].link->afterWake();
   }
   if (woken) {
-    for (size_t i = links.size(); i < fds.size(); ++i) *woken |= fds[i].revents != 0;
+    for (size_t i = links.size(); i < wakeEnd; ++i) *woken |= fds[i].revents != 0;
   }
   return true;
 }

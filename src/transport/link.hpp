@@ -84,6 +84,11 @@ class Link {
   // link, before the next transfer (an in-memory link resets its event descriptor there).
   virtual int pollFd() const = 0;
   virtual short pollEvents(bool wantRead, bool wantWrite) const = 0;
+  // A link whose writing waits on another descriptor than its reading (a striped link,
+  // striped_link.hpp, blocked on one socket for each direction) names it here, with its
+  // events; -1: writing waits on pollFd() too (a single connection).
+  virtual int writePollFd() const { return -1; }
+  virtual short writePollEvents() const { return 0; }
   virtual void afterWake() {}
 
   // Ends the link: the peer reads what was sent, then end of file (a half close). The
@@ -169,6 +174,11 @@ class RxFrame {
   void enableReadAhead(size_t bytes) { stage_.resize(bytes); }
   // Bytes read from the link and not yet taken by a frame.
   size_t staged() const { return stageEnd_ - stagePos_; }
+  // With read-ahead: the last read from the link took less than it asked for (or
+  // nothing), so the connection's receive queue was empty then: a reader that has
+  // consumed the stage can wait for readiness rather than try another read (which
+  // would most likely return EAGAIN: a system call and the socket's lock for nothing).
+  bool drained() const { return drained_ && staged() == 0; }
   // The whole message (header and payload) is in.
   bool done() const;
   // Payload bytes received so far.
@@ -195,6 +205,7 @@ class RxFrame {
   size_t got_ = 0;
   bool counted_ = false;
   std::vector<uint8_t> stage_;  // read-ahead (empty: off); survives reset()
+  bool drained_ = false;        // drained(); survives reset()
   size_t stagePos_ = 0;
   size_t stageEnd_ = 0;
 };
