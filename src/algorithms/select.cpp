@@ -67,6 +67,8 @@ std::optional<LinkModel> LinkModel::load(const std::string& path) {
       m.interBetaSecPerByte = 1.0 / (parsePositive(path + ": inter_beta_gbps", value) * 1e9);
     } else if (key == "gamma_gbps") {
       m.gammaSecPerByte = 1.0 / (parsePositive(path + ": gamma_gbps", value) * 1e9);
+    } else if (key == "flow_gbps") {
+      m.flowSecPerByte = 1.0 / (parsePositive(path + ": flow_gbps", value) * 1e9);
     }
   }
   if (!alpha || !beta) {
@@ -95,34 +97,45 @@ void LinkModel::save(const std::string& path) const {
     std::snprintf(buf, sizeof buf, "gamma_gbps=%.4f\n", 1e-9 / gammaSecPerByte);
     f << buf;
   }
+  if (flowSecPerByte > 0) {  // 0: no per-flow limit known
+    std::snprintf(buf, sizeof buf, "flow_gbps=%.4f\n", 1e-9 / flowSecPerByte);
+    f << buf;
+  }
   if (!f) throwError(ErrorKind::System, "cannot write " + path);
 }
 
 namespace {
 
 // The names encodeLinkModel writes, in its order (one per field of LinkModel).
-constexpr const char* kLinkModelFields[] = {
-    "alpha_sec",       "beta_sec_per_byte",       "hd_bandwidth_penalty", "hd_penalty_from_bytes",
-    "inter_alpha_sec", "inter_beta_sec_per_byte", "gamma_sec_per_byte",   "cores"};
+constexpr const char* kLinkModelFields[] = {"alpha_sec",
+                                            "beta_sec_per_byte",
+                                            "hd_bandwidth_penalty",
+                                            "hd_penalty_from_bytes",
+                                            "inter_alpha_sec",
+                                            "inter_beta_sec_per_byte",
+                                            "gamma_sec_per_byte",
+                                            "flow_sec_per_byte",
+                                            "cores"};
 
 }  // namespace
 
 std::string encodeLinkModel(const LinkModel& m) {
   // Every field by name: adding one to LinkModel breaks this line until it is encoded.
-  const auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
+  const auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, flow, cores] = m;
   char buf[512];
-  std::snprintf(
-      buf, sizeof buf, "%s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%d",
-      kLinkModelFields[0], alpha, kLinkModelFields[1], beta, kLinkModelFields[2], hdPenalty,
-      kLinkModelFields[3], hdFrom, kLinkModelFields[4], interAlpha, kLinkModelFields[5], interBeta,
-      kLinkModelFields[6], gamma, kLinkModelFields[7], cores);
+  std::snprintf(buf, sizeof buf,
+                "%s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%.17g %s=%d",
+                kLinkModelFields[0], alpha, kLinkModelFields[1], beta, kLinkModelFields[2],
+                hdPenalty, kLinkModelFields[3], hdFrom, kLinkModelFields[4], interAlpha,
+                kLinkModelFields[5], interBeta, kLinkModelFields[6], gamma, kLinkModelFields[7],
+                flow, kLinkModelFields[8], cores);
   return buf;
 }
 
 std::optional<LinkModel> decodeLinkModel(const std::string& s) {
   LinkModel m;
-  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
-  double* doubles[] = {&alpha, &beta, &hdPenalty, &hdFrom, &interAlpha, &interBeta, &gamma};
+  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, flow, cores] = m;
+  double* doubles[] = {&alpha, &beta, &hdPenalty, &hdFrom, &interAlpha, &interBeta, &gamma, &flow};
   const char* p = s.c_str();
   for (size_t i = 0; i < std::size(kLinkModelFields); ++i) {
     if (i > 0 && *p++ != ' ') return std::nullopt;
@@ -158,6 +171,8 @@ LinkModel LinkModel::fromEnv() {
     m.interBetaSecPerByte = 1.0 / (parsePositive("TCCL_INTER_BETA_GBPS", *v) * 1e9);
   if (auto v = config::getEnv("TCCL_GAMMA_GBPS"))
     m.gammaSecPerByte = 1.0 / (parsePositive("TCCL_GAMMA_GBPS", *v) * 1e9);
+  if (auto v = config::getEnv("TCCL_FLOW_GBPS"))
+    m.flowSecPerByte = 1.0 / (parsePositive("TCCL_FLOW_GBPS", *v) * 1e9);
   return m;
 }
 
@@ -409,6 +424,59 @@ Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkMo
     *why = buf;
   }
   return pick;
+}
+
+// ---- several sockets per peer ----------------------------------------------------------
+
+double predictFlowsSec(int flows, size_t bytes, const LinkModel& m) {
+  const double k = std::max(1, flows);
+  const double perByte = std::max(m.interBetaSecPerByte, m.flowSecPerByte / k);
+  return m.interAlphaSec + (k - 1) * m.alphaSec + static_cast<double>(bytes) * perByte;
+}
+
+StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why) {
+  StripeChoice c;
+  const int k = std::max(1, nsocks);
+  const size_t seg = std::max<size_t>(1, segmentBytes);
+  c.oneFlowSec = predictFlowsSec(1, seg, m);
+  c.kFlowsSec = predictFlowsSec(k, seg, m);
+  // Seconds per byte that K flows save over one.
+  const double gain = std::max(m.interBetaSecPerByte, m.flowSecPerByte) -
+                      std::max(m.interBetaSecPerByte, m.flowSecPerByte / k);
+  if (k > 1 && gain > 0) {
+    const double t = std::ceil((k - 1) * m.alphaSec / gain);
+    if (t < static_cast<double>(seg) + 1) {
+      c.stripe = true;
+      c.minBytes = std::max<uint64_t>(1, static_cast<uint64_t>(t));
+    }
+  }
+  if (why != nullptr) {
+    char buf[400];
+    if (k <= 1) {
+      std::snprintf(buf, sizeof buf, "one socket per peer (TCCL_NSOCKS=1)");
+    } else if (c.stripe) {
+      std::snprintf(buf, sizeof buf,
+                    "striping messages of %llu bytes and more over %d sockets (cost model: a "
+                    "%zu-byte segment takes %.1f us on one flow, %.1f us on %d; flow %.3f GB/s, "
+                    "link %.3f GB/s, alpha %.1f us)",
+                    static_cast<unsigned long long>(c.minBytes), k, seg, c.oneFlowSec * 1e6,
+                    c.kFlowsSec * 1e6, k, m.flowSecPerByte > 0 ? 1e-9 / m.flowSecPerByte : 0.0,
+                    1e-9 / m.interBetaSecPerByte, m.alphaSec * 1e6);
+    } else if (gain <= 0) {
+      std::snprintf(buf, sizeof buf,
+                    "not striping over the %d sockets: no per-flow limit below the link's %.3f "
+                    "GB/s is known (TCCL_FLOW_GBPS%s), so %d flows are no faster than one",
+                    k, 1e-9 / m.interBetaSecPerByte,
+                    m.flowSecPerByte > 0 ? " is not below it" : " unset", k);
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "not striping over the %d sockets: a %zu-byte segment takes %.1f us on one "
+                    "flow and %.1f us on %d (the extra sockets cost more than they save)",
+                    k, seg, c.oneFlowSec * 1e6, c.kFlowsSec * 1e6, k);
+    }
+    *why = buf;
+  }
+  return c;
 }
 
 // ---- the uneven collectives -----------------------------------------------------------

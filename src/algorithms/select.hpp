@@ -42,6 +42,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,11 @@ struct LinkModel {
   // file; `tccl tune` measures it). The default: a float32 sum of 4 MiB vectors on
   // one core of the 2-core x86 machines this project is tested on (18-40 GB/s).
   double gammaSecPerByte = 1.0 / 20.0e9;
+  // Seconds per byte of one TCP flow between hosts when the network limits each flow
+  // (a per-flow rate limit or policer; TCCL_FLOW_GBPS, flow_gbps= in the tune file);
+  // 0: no per-flow limit known, the default. Decides whether several sockets per peer
+  // stripe (chooseStriping, TCCL_NSOCKS).
+  double flowSecPerByte = 0;
   // Online cores of rank 0's host (0: unknown, no oversubscription term). Set by the
   // communicator, not read from the tune file.
   int cores = 0;
@@ -89,7 +95,8 @@ struct LinkModel {
 // Every field of a LinkModel as one line of text, exact (doubles as %.17g), for the job
 // record rank 0 shares through the store so that every rank's Auto decides alike:
 // "alpha_sec=... beta_sec_per_byte=... hd_bandwidth_penalty=... hd_penalty_from_bytes=...
-// inter_alpha_sec=... inter_beta_sec_per_byte=... gamma_sec_per_byte=... cores=...".
+// inter_alpha_sec=... inter_beta_sec_per_byte=... gamma_sec_per_byte=...
+// flow_sec_per_byte=... cores=...".
 // A field added to LinkModel without being added here does not compile (the encoder
 // binds every field by name). decodeLinkModel needs every field, in that order, and
 // returns nullopt for anything else.
@@ -144,6 +151,27 @@ double predictTreeBroadcastSec(int n, size_t bytes, const LinkModel& m);
 double predictChainBroadcastSec(int n, size_t bytes, size_t segmentBytes, const LinkModel& m);
 Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkModel& m,
                           std::string* why);
+
+// ---- several sockets per peer (TCCL_NSOCKS; docs/nsocks.md, docs/algorithms.md) --------
+// One message of L bytes between hosts on one TCP flow, or cut into K parts carried by K
+// flows at once:
+//   t1(L) = interAlpha + L x max(interBeta, phi)
+//   tK(L) = interAlpha + (K-1) x alpha + L x max(interBeta, phi / K)
+// phi: one flow's seconds per byte (flowSecPerByte; 0 when no per-flow limit is known),
+// interBeta: the link's, alpha: the per-message cost, paid once more for each extra
+// socket (its send, its receive, its wake-up). Striping pays when tK(L) < t1(L):
+//   L > T = (K-1) alpha / (max(interBeta, phi) - max(interBeta, phi / K))
+// With no flow limit below the link's rate (phi <= interBeta, phi = 0 by default) the
+// denominator is 0: never stripe. Messages are pipeline segments, so a T above the
+// segment size means no message is striped either.
+struct StripeChoice {
+  bool stripe = false;
+  uint64_t minBytes = UINT64_MAX;  // stripe messages of at least this many bytes
+  double oneFlowSec = 0;           // t1 and tK of one segment
+  double kFlowsSec = 0;
+};
+StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why);
+double predictFlowsSec(int flows, size_t bytes, const LinkModel& m);
 
 // ---- the uneven collectives (one algorithm each: a prediction, not a choice) ----------
 // time = steps x alpha + the busiest rank's payload (what it sends or receives, the larger)

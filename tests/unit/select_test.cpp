@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,7 @@ using tccl::testing::ScopedEnv;
 TEST(LinkModelRecord, EveryFieldRoundTripsExactly) {
   const LinkModel defaults;
   LinkModel m;
-  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, cores] = m;
+  auto& [alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, flow, cores] = m;
   alpha = 12.345678901234567e-6;
   beta = 1.0 / 3.3e9;
   hdPenalty = 1.2345;
@@ -37,12 +38,14 @@ TEST(LinkModelRecord, EveryFieldRoundTripsExactly) {
   interAlpha = 77.7e-6;
   interBeta = 1.0 / 0.9e9;
   gamma = 1.0 / 17.25e9;
+  flow = 1.0 / 0.0123e9;
   cores = 37;
-  const auto& [dAlpha, dBeta, dHdPenalty, dHdFrom, dInterAlpha, dInterBeta, dGamma, dCores] =
+  const auto& [dAlpha, dBeta, dHdPenalty, dHdFrom, dInterAlpha, dInterBeta, dGamma, dFlow, dCores] =
       defaults;
   // Distinct from the defaults and from one another, so a swapped field shows.
-  const double set[] = {alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma};
-  const double dflt[] = {dAlpha, dBeta, dHdPenalty, dHdFrom, dInterAlpha, dInterBeta, dGamma};
+  const double set[] = {alpha, beta, hdPenalty, hdFrom, interAlpha, interBeta, gamma, flow};
+  const double dflt[] = {dAlpha,      dBeta,      dHdPenalty, dHdFrom,
+                         dInterAlpha, dInterBeta, dGamma,     dFlow};
   for (size_t i = 0; i < std::size(set); ++i) {
     EXPECT_NE(set[i], dflt[i]) << "field " << i;
     for (size_t j = 0; j < i; ++j) EXPECT_NE(set[i], set[j]) << i << " " << j;
@@ -52,7 +55,8 @@ TEST(LinkModelRecord, EveryFieldRoundTripsExactly) {
   const std::string text = encodeLinkModel(m);
   const std::optional<LinkModel> back = decodeLinkModel(text);
   ASSERT_TRUE(back) << text;
-  const auto& [bAlpha, bBeta, bHdPenalty, bHdFrom, bInterAlpha, bInterBeta, bGamma, bCores] = *back;
+  const auto& [bAlpha, bBeta, bHdPenalty, bHdFrom, bInterAlpha, bInterBeta, bGamma, bFlow, bCores] =
+      *back;
   EXPECT_EQ(bAlpha, alpha) << text;
   EXPECT_EQ(bBeta, beta) << text;
   EXPECT_EQ(bHdPenalty, hdPenalty) << text;
@@ -60,8 +64,9 @@ TEST(LinkModelRecord, EveryFieldRoundTripsExactly) {
   EXPECT_EQ(bInterAlpha, interAlpha) << text;
   EXPECT_EQ(bInterBeta, interBeta) << text;
   EXPECT_EQ(bGamma, gamma) << text;
+  EXPECT_EQ(bFlow, flow) << text;
   EXPECT_EQ(bCores, cores) << text;
-  // No field beyond the eight: the record is exactly as long as their encodings.
+  // No field beyond the nine: the record is exactly as long as their encodings.
   EXPECT_EQ(encodeLinkModel(*back), text);
 }
 
@@ -442,6 +447,93 @@ TEST(CostModel, HdPenaltyOnlyFromItsThresholdUp) {
   // bytes; at 64 MiB the penalty hands it back to the ring.
   EXPECT_EQ(chooseAllreduce(4, size_t{2} << 20, m, nullptr), Algorithm::HalvingDoubling);
   EXPECT_EQ(chooseAllreduce(4, size_t{64} << 20, m, nullptr), Algorithm::Ring);
+}
+
+// ---- several sockets per peer (docs/nsocks.md) -----------------------------------------
+
+TEST(StripingCostModel, NeverWithoutAKnownPerFlowLimit) {
+  const LinkModel m;  // the defaults: no flow limit (flowSecPerByte 0)
+  EXPECT_EQ(m.flowSecPerByte, 0.0);
+  for (int k : {1, 2, 4, 16}) {
+    for (size_t seg : {size_t{1} << 16, size_t{1} << 20, size_t{64} << 20}) {
+      std::string why;
+      const StripeChoice c = chooseStriping(k, seg, m, &why);
+      EXPECT_FALSE(c.stripe) << "K=" << k << " segment " << seg << ": " << why;
+      EXPECT_EQ(c.minBytes, UINT64_MAX);
+      // K flows are never predicted faster than one without a flow limit.
+      EXPECT_GE(c.kFlowsSec, c.oneFlowSec);
+    }
+  }
+  std::string why;
+  chooseStriping(4, 1 << 20, m, &why);
+  EXPECT_NE(why.find("not striping"), std::string::npos) << why;
+  EXPECT_NE(why.find("TCCL_FLOW_GBPS unset"), std::string::npos) << why;
+  // A flow limit above the link's rate changes nothing either.
+  LinkModel fast = m;
+  fast.flowSecPerByte = m.interBetaSecPerByte / 2;
+  EXPECT_FALSE(chooseStriping(4, 1 << 20, fast, nullptr).stripe);
+}
+
+TEST(StripingCostModel, ThresholdIsWhereKFlowsFinishSoonerCountingTheExtraSockets) {
+  LinkModel m;
+  m.alphaSec = 20e-6;
+  m.interAlphaSec = 50e-6;
+  m.interBetaSecPerByte = 1.0 / 1.25e9;  // 10 Gb/s
+  m.flowSecPerByte = 1.0 / 0.0625e9;     // 500 Mb/s per flow
+  for (int k : {2, 4, 8}) {
+    SCOPED_TRACE("K=" + std::to_string(k));
+    // By hand: T = (K-1) alpha / (phi - max(interBeta, phi / K)).
+    const double phi = 16e-9, ib = 0.8e-9;
+    const double t = (k - 1) * 20e-6 / (phi - std::max(ib, phi / k));
+    std::string why;
+    const StripeChoice c = chooseStriping(k, 1 << 20, m, &why);
+    ASSERT_TRUE(c.stripe) << why;
+    EXPECT_NEAR(static_cast<double>(c.minBytes), std::ceil(t), 1.0);
+    EXPECT_NE(why.find("striping messages of " + std::to_string(c.minBytes)), std::string::npos)
+        << why;
+    // The decision is the formula's: at the threshold K flows are no slower, just below
+    // it they are no faster.
+    EXPECT_LE(predictFlowsSec(k, c.minBytes, m), predictFlowsSec(1, c.minBytes, m));
+    EXPECT_GE(predictFlowsSec(k, c.minBytes - 2, m), predictFlowsSec(1, c.minBytes - 2, m));
+    // A 1 MiB segment: 1 flow 50 us + 1 MiB x 16 ns; K flows (K-1) x 20 us more and 1/K.
+    EXPECT_NEAR(c.oneFlowSec, 50e-6 + 1048576 * 16e-9, 1e-12);
+    EXPECT_NEAR(c.kFlowsSec, 50e-6 + (k - 1) * 20e-6 + 1048576 * std::max(ib, phi / k), 1e-12);
+  }
+  // K flows capped by the link: 16 flows of 1 Gb/s on 10 Gb/s get only the link's rate.
+  m.flowSecPerByte = 8e-9;
+  const StripeChoice c16 = chooseStriping(16, 1 << 20, m, nullptr);
+  EXPECT_NEAR(c16.kFlowsSec, 50e-6 + 15 * 20e-6 + 1048576 * 0.8e-9, 1e-12);
+}
+
+TEST(StripingCostModel, NotWhenTheThresholdIsBeyondASegment) {
+  LinkModel m;
+  m.flowSecPerByte = m.interBetaSecPerByte * 1.01;  // barely limited: a huge threshold
+  std::string why;
+  const StripeChoice c = chooseStriping(4, 1 << 20, m, &why);
+  EXPECT_FALSE(c.stripe) << why;
+  EXPECT_NE(why.find("cost more than they save"), std::string::npos) << why;
+}
+
+TEST(StripingCostModel, FlowRateFromTheEnvironmentAndTheTuneFile) {
+  {
+    tccl::testing::ScopedEnv e("TCCL_FLOW_GBPS", "0.05");
+    EXPECT_NEAR(1.0 / LinkModel::fromEnv().flowSecPerByte, 0.05e9, 1);
+  }
+  {
+    tccl::testing::ScopedEnv e("TCCL_FLOW_GBPS", "-1");
+    EXPECT_THROW(LinkModel::fromEnv(), InvalidArgumentError);
+  }
+  const std::string path = ::testing::TempDir() + "tccl_flow_tune.conf";
+  LinkModel m;
+  m.flowSecPerByte = 1.0 / 0.125e9;
+  m.save(path);
+  const std::optional<LinkModel> back = LinkModel::load(path);
+  ASSERT_TRUE(back);
+  EXPECT_NEAR(1.0 / back->flowSecPerByte, 0.125e9, 1e3);
+  LinkModel none;
+  none.save(path);
+  EXPECT_EQ(LinkModel::load(path)->flowSecPerByte, 0.0) << "no limit is saved as none";
+  std::filesystem::remove(path);
 }
 
 }  // namespace
