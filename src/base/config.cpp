@@ -95,6 +95,14 @@ int socketBufferBytes() {
   return v ? static_cast<int>(*v) : 0;
 }
 
+int nsocks() { return static_cast<int>(getEnvInt("TCCL_NSOCKS", 1, kMaxNsocks).value_or(1)); }
+
+std::optional<uint64_t> stripeBytes() {
+  auto v = getEnvInt("TCCL_STRIPE_BYTES", 4096, int64_t{1} << 40);
+  if (!v) return std::nullopt;
+  return static_cast<uint64_t>(*v);
+}
+
 int listenMaxPending() {
   return static_cast<int>(
       getEnvInt("TCCL_LISTEN_MAX_PENDING", 1, 1 << 20).value_or(kDefaultListenMaxPending));

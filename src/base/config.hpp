@@ -38,6 +38,14 @@ std::optional<Algorithm> allreduceAlgorithm();
 std::optional<int64_t> spinMicros();
 // TCCL_SOCKET_BUFFER: SO_SNDBUF/SO_RCVBUF in bytes (0 = kernel autotuning).
 int socketBufferBytes();
+// TCCL_NSOCKS: TCP connections per peer on the collectives' lane, 1..kMaxNsocks
+// (default 1: one TcpLink per peer, as before; docs/nsocks.md). Every rank must agree.
+int nsocks();
+constexpr int kMaxNsocks = 16;
+// TCCL_STRIPE_BYTES: stripe messages from this many payload bytes up, overriding the
+// cost model's threshold (nullopt: the cost model decides). At least 4096 (the striping
+// floor, transport/striped_link.hpp).
+std::optional<uint64_t> stripeBytes();
 
 // A rank's listener under abuse (docs/security.md, "Bounded under abuse").
 // TCCL_LISTEN_MAX_PENDING: connections in their handshake a rank keeps at once (default

@@ -172,6 +172,24 @@ constexpr int64_t kDefaultSpinMicros = 50;
 
 }  // namespace
 
+namespace bootstrap {
+
+void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,
+                       std::string* why) {
+  tc.nsocks = config::nsocks();
+  const algo::StripeChoice c = algo::chooseStriping(tc.nsocks, segmentBytes, model, why);
+  tc.stripeMinBytes = c.stripe ? c.minBytes : UINT64_MAX;
+  if (auto forced = config::stripeBytes(); forced && tc.nsocks > 1) {
+    tc.stripeMinBytes = *forced;
+    if (why != nullptr) {
+      *why = "striping messages of " + std::to_string(*forced) +
+             " bytes and more (TCCL_STRIPE_BYTES; the cost model said: " + *why + ")";
+    }
+  }
+}
+
+}  // namespace bootstrap
+
 void Communicator::Impl::readSettings(std::shared_ptr<Store> userStore, int rank, int size,
                                       CommOptions options) {
   Boot& b = boot;
@@ -217,6 +235,9 @@ void Communicator::Impl::openTransport() {
   if (route.empty()) route = b.options.routeAddress;
   tc.listenAddress = bootstrap::decideListenAddress(b.options.listenAddress, route, *b.store,
                                                     b.rank, b.size, b.timeout);
+  std::string striping;
+  bootstrap::configureStriping(tc, b.model, b.segmentBytes, &striping);
+  if (tc.nsocks > 1) TCCL_INFO("TCCL_NSOCKS=" << tc.nsocks << ": " << striping);
   b.transport = std::make_shared<Transport>(tc, b.store);
   b.hub = b.transport;  // this communicator is its family's root
   b.topology =

@@ -16,6 +16,7 @@
 
 #include "algorithms/select.hpp"
 #include "tccl/store.hpp"
+#include "transport/transport.hpp"
 
 namespace tccl::bootstrap {
 
@@ -46,6 +47,13 @@ std::optional<JobRecord> decodeJobRecord(const std::string& s);
 // waits for it (up to `timeout`) and returns it. Throws Store on a malformed record.
 JobRecord joinJob(Store& store, int rank, const algo::LinkModel& model,
                   std::chrono::milliseconds timeout);
+
+// Several sockets per peer (docs/nsocks.md): TCCL_NSOCKS, and from which payload size
+// the collectives' links stripe, TCCL_STRIPE_BYTES or else the cost model's choice
+// (algo::chooseStriping over the job's link model and segment size), into `tc`; `why`
+// (optional) gets the decision in words, for the INFO log.
+void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,
+                       std::string* why = nullptr);
 
 // The cores this process may run on (its affinity mask), at least 1.
 int onlineCores();

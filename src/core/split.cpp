@@ -19,6 +19,7 @@
 
 #include "base/config.hpp"
 #include "base/log.hpp"
+#include "core/bootstrap.hpp"
 #include "core/comm_impl.hpp"
 #include "transport/wire.hpp"
 
@@ -61,6 +62,7 @@ std::unique_ptr<Communicator::Impl> Communicator::Impl::attachChild(
   tc.jobId = b.jobId;
   tc.commId = wire::hash64(name);
   tc.socketBufferBytes = config::socketBufferBytes();
+  bootstrap::configureStriping(tc, b.model, b.segmentBytes);
   b.hub = p.hub;
   b.transport = std::make_shared<Transport>(tc, b.store, p.hub);
   b.topology =

@@ -13,6 +13,7 @@
 #include "base/log.hpp"
 #include "net/iface.hpp"
 #include "tccl/error.hpp"
+#include "transport/striped_link.hpp"
 #include "transport/tcp_link.hpp"
 #include "transport/transport_detail.hpp"
 
@@ -156,6 +157,7 @@ void Transport::closeAllLocked(Lane lane) {
   for (auto& [key, l] : links_) {
     if (key.second == lane) l->shutdownWrite();
   }
+  if (lane == Lane::Collective) assembling_.clear();
   std::erase_if(pending_, [&](const std::unique_ptr<Pending>& p) { return p->lane == lane; });
 }
 
@@ -196,13 +198,27 @@ void Transport::addLink(Pending& p) {
   net::setBufferSizes(p.fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
   // A peer host that vanishes without a FIN fails the link, heartbeats or not.
   net::setDeadPeerTimeout(p.fd.get(), cfg_.deadPeerTimeout);
-  auto l = std::make_unique<TcpLink>(p.peer, p.lane, p.address, std::move(p.fd));
+  std::unique_ptr<Link> l = std::make_unique<TcpLink>(p.peer, p.lane, p.address, std::move(p.fd));
   PeerCounters handshake;
   handshake.wireSent = p.bytesSent;
   handshake.wireRecv = p.bytesRecv;
+  const int k = socketsPerPeer(p.lane);
+  if (k > 1) {
+    // One of the peer's nsocks connections: the link is made once all are in.
+    Assembly& a = assembling_[p.peer];
+    a.stripes.resize(static_cast<size_t>(k));
+    a.stripes[static_cast<size_t>(p.stripe)] = std::move(l);
+    a.handshake += handshake;
+    if (++a.have < k) return;
+    handshake = a.handshake;
+    l = std::make_unique<StripedLink>(p.peer, p.lane, a.stripes[0]->address(), std::move(a.stripes),
+                                      cfg_.stripeMinBytes);
+    assembling_.erase(p.peer);
+  }
   l->counters().add(handshake);
-  TCCL_INFO("connected to rank " << p.peer << " at " << p.address
+  TCCL_INFO("connected to rank " << p.peer << " at " << l->address()
                                  << (p.lane == Lane::P2P ? " (p2p lane)" : "")
+                                 << (k > 1 ? " (" + std::to_string(k) + " sockets)" : "")
                                  << (cfg_.authKey ? " (authenticated)" : ""));
   links_[{p.peer, p.lane}] = std::move(l);
   if (p.lane == Lane::Collective) collectiveVersion_.fetch_add(1, std::memory_order_acq_rel);
@@ -219,7 +235,15 @@ void Transport::wakeOthers(int selfFd) {
   }
 }
 
-wire::Hello Transport::myHello(wire::HelloKind kind, int target, Lane lane) const {
+bool Transport::haveConnection(int peer, Lane lane, int stripe) const {
+  if (hasLink(peer, lane)) return true;
+  if (socketsPerPeer(lane) == 1) return false;
+  auto it = assembling_.find(peer);
+  return it != assembling_.end() && static_cast<size_t>(stripe) < it->second.stripes.size() &&
+         it->second.stripes[static_cast<size_t>(stripe)] != nullptr;
+}
+
+wire::Hello Transport::myHello(wire::HelloKind kind, int target, uint32_t laneField) const {
   wire::Hello h;
   h.kind = kind;
   h.jobId = cfg_.jobId;
@@ -228,7 +252,7 @@ wire::Hello Transport::myHello(wire::HelloKind kind, int target, Lane lane) cons
   h.worldSize = cfg_.worldSize;
   h.targetRank = target;
   h.flags = cfg_.authKey ? wire::kHelloFlagAuth : 0;
-  h.lane = static_cast<uint32_t>(lane);
+  h.lane = laneField;
   return h;
 }
 
@@ -243,7 +267,7 @@ bool Transport::sendHello(Pending& p, const wire::Hello& h) {
 }
 
 bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std::string& detail) {
-  wire::Hello reply = myHello(wire::HelloKind::Reject, -1, p.lane);
+  wire::Hello reply = myHello(wire::HelloKind::Reject, -1, p.laneField);
   reply.reason = reason;
   sendHello(p, reply);
   if (reason == wire::RejectReason::Duplicate && p.lane == Lane::P2P) {
@@ -263,7 +287,7 @@ bool Transport::rejectIncoming(Pending& p, wire::RejectReason reason, const std:
 
 void Transport::refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why) {
   if (tell != wire::RejectReason::None) {
-    wire::Hello r = myHello(wire::HelloKind::Reject, p.peer, p.lane);
+    wire::Hello r = myHello(wire::HelloKind::Reject, p.peer, p.laneField);
     r.reason = tell;
     sendHello(p, r);
   }
@@ -290,11 +314,15 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     }
     wire::RejectReason reason =
         wire::checkHello(h, cfg_.jobId, cfg_.commId, cfg_.rank, cfg_.worldSize);
-    const Lane lane = static_cast<Lane>(h.lane);  // checkHello: 0 or 1
+    const Lane lane = static_cast<Lane>(wire::laneOf(h.lane));  // checkHello: 0 or 1
+    const int stripe = wire::stripeOf(h.lane);
+    p.laneField = h.lane;
     if (reason == wire::RejectReason::None) {
       if (lane == Lane::Collective && h.rank > cfg_.rank) {
         reason = wire::RejectReason::BadRank;  // on this lane only lower ranks dial us
-      } else if (hasLink(h.rank, lane) || lostCrossedDial(h.rank, lane)) {
+      } else if (wire::stripesOf(h.lane) != socketsPerPeer(lane)) {
+        reason = wire::RejectReason::NsocksDiffers;  // only the collectives' lane stripes
+      } else if (haveConnection(h.rank, lane, stripe) || lostCrossedDial(h.rank, lane)) {
         reason = wire::RejectReason::Duplicate;
       }
     }
@@ -316,14 +344,22 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
       } else if (reason == wire::RejectReason::Duplicate) {
         detail = " (" + std::string(laneName(lane)) + " lane)";
       }
+      if (reason == wire::RejectReason::NsocksDiffers) {
+        const std::string why =
+            nsocksDiffer(h.rank, wire::stripesOf(h.lane), cfg_.rank, socketsPerPeer(lane));
+        detail = " (" + why + ")";
+        nsocksRefused_[h.rank] = why + "; its connection from " + p.address + " was refused";
+        p.laneField = wire::laneField(static_cast<uint32_t>(lane), 0, socketsPerPeer(lane));
+      }
       noteRefusal(h.rank, p.address, wire::toString(reason));
       p.lane = lane;
       return rejectIncoming(p, reason, detail);
     }
     p.peer = h.rank;
     p.lane = lane;
+    p.stripe = stripe;
     if (!iHaveKey) {
-      if (!sendHello(p, myHello(wire::HelloKind::Accept, h.rank, p.lane))) {
+      if (!sendHello(p, myHello(wire::HelloKind::Accept, h.rank, p.laneField))) {
         TCCL_WARN("rank " << h.rank << " at " << p.address << " went away during the handshake");
         return true;
       }
@@ -338,7 +374,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     p.transcript.worldSize = cfg_.worldSize;
     p.transcript.diallerNonce = h.nonce;
     p.transcript.acceptorNonce = auth::randomNonce();
-    wire::Hello challenge = myHello(wire::HelloKind::Challenge, h.rank, p.lane);
+    wire::Hello challenge = myHello(wire::HelloKind::Challenge, h.rank, p.laneField);
     challenge.nonce = p.transcript.acceptorNonce;
     challenge.mac = auth::proof(*cfg_.authKey, auth::Role::Acceptor, p.transcript);
     if (!sendHello(p, challenge)) {
@@ -364,11 +400,11 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
     return rejectIncoming(p, wire::RejectReason::AuthFailed,
                           " (claimed to be rank " + std::to_string(p.peer) + ")");
   }
-  if (hasLink(p.peer, p.lane) || lostCrossedDial(p.peer, p.lane)) {
+  if (haveConnection(p.peer, p.lane, p.stripe) || lostCrossedDial(p.peer, p.lane)) {
     return rejectIncoming(p, wire::RejectReason::Duplicate,
                           " (" + std::string(laneName(p.lane)) + " lane)");
   }
-  if (!sendHello(p, myHello(wire::HelloKind::Accept, p.peer, p.lane))) {
+  if (!sendHello(p, myHello(wire::HelloKind::Accept, p.peer, p.laneField))) {
     TCCL_WARN("rank " << p.peer << " at " << p.address << " went away during the handshake");
     return true;
   }
@@ -395,6 +431,12 @@ bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
     TCCL_INFO("p2p dial to rank " << p.peer << " crossed the peer's own; keeping the peer's");
     return true;
   }
+  if (h.kind == wire::HelloKind::Reject && h.reason == wire::RejectReason::NsocksDiffers) {
+    refuseOutgoing(
+        p, wire::RejectReason::None,
+        "connection refused by the peer: " +
+            nsocksDiffer(p.peer, wire::stripesOf(h.lane), cfg_.rank, socketsPerPeer(p.lane)));
+  }
   if (h.kind == wire::HelloKind::Reject) {
     refuseOutgoing(p, wire::RejectReason::None,
                    "connection refused by the peer: " + std::string(wire::toString(h.reason)));
@@ -402,7 +444,7 @@ bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
   // Whatever it says, the reply must come from the rank we dialled, in this job.
   if (h.version != wire::kProtocolVersion || h.rank != p.peer || h.jobId != cfg_.jobId ||
       h.commId != cfg_.commId || h.targetRank != cfg_.rank || h.worldSize != cfg_.worldSize ||
-      h.lane != static_cast<uint32_t>(p.lane)) {
+      h.lane != p.laneField) {
     refuseOutgoing(p, wire::RejectReason::Unexpected,
                    "unexpected handshake reply (rank " + std::to_string(h.rank) + ", kind " +
                        std::to_string(static_cast<int>(h.kind)) + ")");
@@ -420,7 +462,7 @@ bool Transport::onOutgoing(Pending& p, const wire::Hello& h) {
                      "authentication failed: the process at this address does not hold this "
                      "job's key (another job, or a different TCCL_AUTH_KEY)");
     }
-    wire::Hello proofMsg = myHello(wire::HelloKind::Proof, p.peer, p.lane);
+    wire::Hello proofMsg = myHello(wire::HelloKind::Proof, p.peer, p.laneField);
     proofMsg.mac = auth::proof(*cfg_.authKey, auth::Role::Dialler, p.transcript);
     if (!sendHello(p, proofMsg)) {
       refuseOutgoing(p, wire::RejectReason::None, "connection lost during the handshake");
@@ -496,7 +538,8 @@ bool Transport::service(Pending& p) {
   }
 }
 
-std::unique_ptr<Transport::Pending> Transport::dial(int peer, Lane lane, Deadline deadline) {
+std::unique_ptr<Transport::Pending> Transport::dial(int peer, Lane lane, Deadline deadline,
+                                                    int stripe) {
   const std::string addr = publishedAddress(peer);
   auto [host, port] = net::splitHostPort(addr);
   auto pend = std::make_unique<Pending>();
@@ -506,9 +549,11 @@ std::unique_ptr<Transport::Pending> Transport::dial(int peer, Lane lane, Deadlin
   pend->outgoing = true;
   pend->peer = peer;
   pend->lane = lane;
+  pend->stripe = stripe;
+  pend->laneField = wire::laneField(static_cast<uint32_t>(lane), stripe, socketsPerPeer(lane));
   pend->stage = Stage::AwaitReply;
   pend->since = Deadline::Clock::now();
-  wire::Hello h = myHello(wire::HelloKind::Hello, peer, lane);
+  wire::Hello h = myHello(wire::HelloKind::Hello, peer, pend->laneField);
   if (cfg_.authKey) {
     pend->transcript.protocol = auth::Protocol::Transport;
     pend->transcript.jobId = cfg_.jobId;
@@ -565,6 +610,11 @@ ErrorInfo Transport::connectTimeout(const std::vector<int>& missing, Lane lane,
   if (lane == Lane::P2P) os << " on the p2p lane";
   os << " (lower ranks dial higher ones; the missing peers never completed the handshake)";
   for (int p : missing) {
+    auto a = assembling_.find(p);
+    if (lane == Lane::Collective && a != assembling_.end()) {
+      os << "; rank " << p << " made " << a->second.have << " of its " << cfg_.nsocks
+         << " connections (TCCL_NSOCKS)";
+    }
     auto r = refused_.find(p);
     if (r != refused_.end()) {
       os << "; a connection claiming to be rank " << p << " was refused: " << r->second;
@@ -619,25 +669,32 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
   // waits here (the store, the dial) run without the lock.
   for (int p : missing()) {
     if (p < cfg_.rank) continue;
-    bool dialled = false;
-    for (const auto& q : pending_) dialled |= (q->outgoing && q->peer == p && q->lane == lane);
-    if (dialled) continue;
-    const bool known = published_.count(p) != 0;
-    lk.unlock();
-    if (!known && !awaitAddress(p, deadline, [this] { return abortFlag_ && abortFlag_->load(); })) {
-      throwInterrupted(p);
+    // Every connection of the peer's link (nsocks on the collectives' lane), in stripe
+    // order, each with its own Hello (and proof).
+    for (int stripe = 0; stripe < socketsPerPeer(lane); ++stripe) {
+      bool dialled = haveConnection(p, lane, stripe);
+      for (const auto& q : pending_) {
+        dialled |= (q->outgoing && q->peer == p && q->lane == lane && q->stripe == stripe);
+      }
+      if (dialled) continue;
+      const bool known = published_.count(p) != 0;
+      lk.unlock();
+      if (!known &&
+          !awaitAddress(p, deadline, [this] { return abortFlag_ && abortFlag_->load(); })) {
+        throwInterrupted(p);
+      }
+      std::unique_ptr<Pending> pend;
+      try {
+        pend = dial(p, lane, deadline, stripe);
+      } catch (Error& e) {
+        ErrorInfo info = e.info();
+        info.rank = cfg_.rank;
+        info.peer = p;
+        throwError(std::move(info));
+      }
+      lk.lock();
+      pending_.push_back(std::move(pend));
     }
-    std::unique_ptr<Pending> pend;
-    try {
-      pend = dial(p, lane, deadline);
-    } catch (Error& e) {
-      ErrorInfo info = e.info();
-      info.rank = cfg_.rank;
-      info.peer = p;
-      throwError(std::move(info));
-    }
-    lk.lock();
-    pending_.push_back(std::move(pend));
   }
 
   // Serve the listener, the incoming Hellos (of either lane) and this lane's outgoing
@@ -675,6 +732,18 @@ void Transport::connect(const std::vector<int>& peers, Deadline deadline, Lane l
     }
     std::vector<int> m = missing();
     if (m.empty()) return;
+    for (int p : m) {
+      auto r = nsocksRefused_.find(p);
+      if (lane != Lane::Collective || r == nsocksRefused_.end()) continue;
+      ErrorInfo info;
+      info.kind = ErrorKind::Handshake;
+      info.rank = cfg_.rank;
+      info.peer = p;
+      info.message = r->second;
+      lk.unlock();
+      info.peerAddress = publishedAddress(p);
+      throwError(std::move(info));
+    }
     if (deadline.expired()) {
       ErrorInfo info = connectTimeout(m, lane, start);
       lk.unlock();

@@ -81,6 +81,12 @@ struct TransportConfig {
   std::chrono::milliseconds handshakeTimeout{30000};
   // Data sockets: keepalive + TCP_USER_TIMEOUT (net::setDeadPeerTimeout); 0: off.
   std::chrono::milliseconds deadPeerTimeout{60000};
+  // TCCL_NSOCKS (docs/nsocks.md): TCP connections per peer on the collectives' lane,
+  // 1..wire::kMaxStripes; with more than one, the lane's link is a StripedLink over them
+  // that stripes the messages it sends from stripeMinBytes up (UINT64_MAX: never; the
+  // cost model's choice, algo::chooseStriping). Every rank must have the same nsocks.
+  int nsocks = 1;
+  uint64_t stripeMinBytes = UINT64_MAX;
 };
 
 class Transport : public LinkProvider {
@@ -168,6 +174,8 @@ class Transport : public LinkProvider {
     bool outgoing = false;
     int peer = -1;  // outgoing: the rank we dialled; incoming: the rank its Hello named
     Lane lane = Lane::Collective;  // outgoing: the lane dialled; incoming: its Hello's
+    int stripe = 0;                // which of the lane's nsocks connections this is
+    uint32_t laneField = 0;        // the Hello's lane field (wire::laneField), repeated
     Stage stage = Stage::AwaitHello;
     uint8_t buf[wire::kHelloSize] = {};
     size_t got = 0;
@@ -193,7 +201,11 @@ class Transport : public LinkProvider {
   bool rejectIncoming(Pending& p, wire::RejectReason reason, const std::string& detail = "");
   // Tells the acceptor why we refuse it (best effort) and throws a HandshakeError.
   [[noreturn]] void refuseOutgoing(Pending& p, wire::RejectReason tell, const std::string& why);
-  wire::Hello myHello(wire::HelloKind kind, int target, Lane lane) const;
+  wire::Hello myHello(wire::HelloKind kind, int target, uint32_t laneField) const;
+  // Connections a lane has per peer: nsocks on the collectives', one on the p2p lane.
+  int socketsPerPeer(Lane lane) const { return lane == Lane::Collective ? cfg_.nsocks : 1; }
+  // The link, or this one of its connections, exists already (a Duplicate).
+  bool haveConnection(int peer, Lane lane, int stripe) const;
   // Remembers why a connection claiming to be `claimedRank` was refused, for the error
   // if that rank then never connects (the refusal was only logged at the time).
   void noteRefusal(int claimedRank, const std::string& address, std::string_view why);
@@ -244,7 +256,7 @@ class Transport : public LinkProvider {
   void dialP2P(int peer);
   // Dials `peer` for `lane` and sends the Hello (blocking, without mu_): the pending
   // entry whose reply the service thread or connect() then reads.
-  std::unique_ptr<Pending> dial(int peer, Lane lane, Deadline deadline);
+  std::unique_ptr<Pending> dial(int peer, Lane lane, Deadline deadline, int stripe = 0);
   // Waits (without mu_) until `peer` published its address: true once it has, false if
   // stop() said so first; throws a Timeout naming the missing key at the deadline.
   bool awaitAddress(int peer, Deadline deadline, const std::function<bool()>& stop);
@@ -265,6 +277,17 @@ class Transport : public LinkProvider {
   std::string listenAddr_;
   mutable std::mutex mu_;
   std::map<std::pair<int, Lane>, std::unique_ptr<Link>> links_;
+  // Collectives' links with nsocks > 1 whose connections are not all made yet: per peer,
+  // the connections by stripe (null: not yet) and their handshake bytes.
+  struct Assembly {
+    std::vector<std::unique_ptr<Link>> stripes;
+    PeerCounters handshake;
+    int have = 0;
+  };
+  std::map<int, Assembly> assembling_;
+  // Peers refused for another TCCL_NSOCKS: connect() fails at once for them (the
+  // refusal is final), with this text.
+  std::map<int, std::string> nsocksRefused_;
   std::vector<std::unique_ptr<Pending>> pending_;
   mutable std::map<int, std::string> published_;
   std::map<int, std::string> refused_;  // claimed rank -> "address: reason" of the last refusal

@@ -17,4 +17,12 @@ inline std::string addrKey(int rank) { return "addr/" + std::to_string(rank); }
 
 inline const char* laneName(Lane lane) { return lane == Lane::P2P ? "p2p" : "collectives"; }
 
+// The refusal of a peer with another TCCL_NSOCKS (wire::RejectReason::NsocksDiffers),
+// naming both ranks and both values (it may be quoted on other ranks as the job's cause).
+inline std::string nsocksDiffer(int peer, int peerSockets, int self, int selfSockets) {
+  return "rank " + std::to_string(peer) + " has TCCL_NSOCKS=" + std::to_string(peerSockets) +
+         " and rank " + std::to_string(self) + " has TCCL_NSOCKS=" + std::to_string(selfSockets) +
+         ": set TCCL_NSOCKS the same on every rank";
+}
+
 }  // namespace tccl::transport_detail

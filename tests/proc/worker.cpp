@@ -41,6 +41,7 @@
 #include "algorithms/allreduce.hpp"
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
+#include "base/config.hpp"
 #include "core/topology.hpp"
 #include "tccl/tccl.hpp"
 #include "transport/wire.hpp"
@@ -312,11 +313,12 @@ void runGrid(Communicator& comm, const std::vector<size_t>& counts) {
             }
             // Wire = payload + one 24-byte header per message (+ the handshake on the
             // call that opened a connection: one 112-byte message each way, two with a
-            // key, see docs/protocol.md).
+            // key, on each of the TCCL_NSOCKS connections; see docs/protocol.md).
             const uint64_t overhead = tot.wireSent - tot.payloadSent;
             const uint64_t headers = 24 * tot.messagesSent;
+            const uint64_t sockets = static_cast<uint64_t>(config::nsocks());
             if (overhead < headers || (overhead - headers) % wire::kHelloSize != 0 ||
-                (overhead - headers) / wire::kHelloSize > 2 * cs.traffic.perPeer.size()) {
+                (overhead - headers) / wire::kHelloSize > 2 * sockets * cs.traffic.perPeer.size()) {
               die(what.str() + ": wire overhead " + std::to_string(overhead) +
                   " is not headers + hellos");
             }

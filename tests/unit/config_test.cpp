@@ -227,6 +227,31 @@ TEST(Config, SocketBufferBytes) {
   }
 }
 
+TEST(Config, NsocksAndStripeBytes) {
+  {
+    ScopedEnv e("TCCL_NSOCKS", nullptr);
+    EXPECT_EQ(nsocks(), 1);
+  }
+  for (int k : {1, 2, 4, 16}) {
+    ScopedEnv e("TCCL_NSOCKS", std::to_string(k).c_str());
+    EXPECT_EQ(nsocks(), k);
+  }
+  for (const char* bad : {"0", "-1", "17", "4x", "four"}) {
+    expectRejected("TCCL_NSOCKS", bad, [] { nsocks(); });
+  }
+  {
+    ScopedEnv e("TCCL_STRIPE_BYTES", nullptr);
+    EXPECT_EQ(stripeBytes(), std::nullopt);
+  }
+  {
+    ScopedEnv e("TCCL_STRIPE_BYTES", "65536");
+    EXPECT_EQ(stripeBytes(), std::optional<uint64_t>(65536));
+  }
+  for (const char* bad : {"4095", "0", "1M"}) {
+    expectRejected("TCCL_STRIPE_BYTES", bad, [] { stripeBytes(); });
+  }
+}
+
 TEST(Config, ScopedEnvRestores) {
   ::setenv("TCCL_TEST_RESTORE", "before", 1);
   {

@@ -1,0 +1,173 @@
+// A rank for tests/proc/nsocks_test.cpp (several sockets per peer, docs/nsocks.md).
+//
+//   tccl_nsocks_worker sockets COUNT
+//     One ring all-reduce of COUNT int32 (exact rank- and index-dependent data, the
+//     closed-form bytes), then a look at this process's own sockets: every connection
+//     to a ring neighbour (the peers' listening addresses, and this rank's own) is
+//     listed with the bytes TCP moved on it (TCP_INFO), so the test sees that there are
+//     TCCL_NSOCKS of them per neighbour and that every one carried a share of the data.
+//     Publishes "ok sockets=S per_peer=K min_bytes=B max_bytes=B".
+//   tccl_nsocks_worker mismatch ODD_RANK ODD_NSOCKS
+//     Rank ODD_RANK sets TCCL_NSOCKS=ODD_NSOCKS before it joins; every rank runs one
+//     all-reduce and publishes what it threw ("error kind=... what=...").
+#include <dirent.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/expected_bytes.hpp"
+#include "base/config.hpp"
+#include "net/socket.hpp"
+#include "tccl/tccl.hpp"
+
+using namespace tccl;
+
+namespace {
+
+int gRank = -1;
+
+[[noreturn]] void die(const std::string& msg) {
+  std::cerr << "[nsocks worker rank " << gRank << "] CHECK FAILED: " << msg << std::endl;
+  std::exit(1);
+}
+
+void publish(Communicator& comm, const std::string& scenario, const std::string& record) {
+  comm.store()->setString("proc/" + scenario + "/" + std::to_string(comm.rank()), record);
+}
+
+// Element i of rank r, and the sum over n ranks, exact in int32.
+int32_t valueOf(int r, size_t i) { return static_cast<int32_t>((r + 1) * 1000 + i % 997); }
+int32_t sumOf(int n, size_t i) {
+  return static_cast<int32_t>(1000 * n * (n + 1) / 2 + n * static_cast<int>(i % 997));
+}
+
+std::string ipPort(const sockaddr_storage& a) {
+  net::SockAddr s;
+  std::memcpy(&s.storage, &a, sizeof a);
+  s.len = a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  return net::joinHostPort(s.ip(), s.port());
+}
+
+struct SocketBytes {
+  std::string peer;
+  uint64_t bytes = 0;  // acked + received
+};
+
+// This process's TCP connections whose far end is one of `listeners` (we dialled it) or
+// whose near end is `mine` (it dialled us).
+std::vector<SocketBytes> rankSockets(const std::set<std::string>& listeners,
+                                     const std::string& mine) {
+  std::vector<SocketBytes> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) die("cannot list /proc/self/fd");
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    sockaddr_storage local{}, remote{};
+    socklen_t ll = sizeof local, rl = sizeof remote;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &rl) != 0) continue;
+    const std::string l = ipPort(local), r = ipPort(remote);
+    if (listeners.count(r) == 0 && l != mine) continue;
+    tcp_info ti{};
+    socklen_t tl = sizeof ti;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0) die("TCP_INFO failed");
+    out.push_back({r, ti.tcpi_bytes_acked + ti.tcpi_bytes_received});
+  }
+  ::closedir(d);
+  return out;
+}
+
+void runSockets(Communicator& comm, size_t count) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<int32_t> buf(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = valueOf(r, i);
+  comm.allreduce(std::span<int32_t>(buf), ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
+  for (size_t i = 0; i < count; ++i) {
+    if (buf[i] != sumOf(n, i)) {
+      die("index " + std::to_string(i) + " = " + std::to_string(buf[i]) + ", expected " +
+          std::to_string(sumOf(n, i)));
+    }
+  }
+  const PeerCounters tot = comm.lastCall().traffic.total();
+  if (tot.payloadSent != testing::ringSentBytes(count, 4, n, r)) {
+    die("payload bytes sent " + std::to_string(tot.payloadSent) + " != the closed form " +
+        std::to_string(testing::ringSentBytes(count, 4, n, r)));
+  }
+  // The neighbours' listening addresses, and this rank's own.
+  std::set<std::string> listeners;
+  const std::string prefix = "tccl/default/addr/";
+  for (int p : {(r + 1) % n, (r + n - 1) % n}) {
+    if (p > r) listeners.insert(comm.store()->getString(prefix + std::to_string(p)));
+  }
+  const std::string mine = comm.store()->getString(prefix + std::to_string(r));
+  const std::vector<SocketBytes> socks = rankSockets(listeners, mine);
+  std::map<std::string, int> perPeer;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const SocketBytes& s : socks) {
+    ++perPeer[s.peer.substr(0, s.peer.rfind(':'))];
+    lo = std::min(lo, s.bytes);
+    hi = std::max(hi, s.bytes);
+  }
+  std::ostringstream os;
+  os << "ok sockets=" << socks.size() << " min_bytes=" << (socks.empty() ? 0 : lo)
+     << " max_bytes=" << hi;
+  publish(comm, "sockets", os.str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: tccl_nsocks_worker sockets COUNT | mismatch ODD_RANK ODD_NSOCKS\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  const char* rankEnv = std::getenv("TCCL_RANK");
+  gRank = rankEnv ? std::atoi(rankEnv) : -1;
+  if (scenario == "mismatch" && argc > 3 && gRank == std::atoi(argv[2])) {
+    ::setenv("TCCL_NSOCKS", argv[3], 1);
+  }
+  CommOptions opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  Communicator comm = Communicator::fromEnv(opts);
+  try {
+    if (scenario == "sockets") {
+      runSockets(comm, std::stoull(argv[2]));
+    } else if (scenario == "mismatch") {
+      std::vector<int32_t> buf(100000, 1);
+      comm.allreduce(std::span<int32_t>(buf), ReduceOp::Sum, {Algorithm::Ring, std::nullopt});
+      publish(comm, scenario, "no error");
+    } else {
+      die("unknown scenario " + scenario);
+    }
+  } catch (const Error& e) {
+    std::ostringstream os;
+    os << "error kind=" << toString(e.kind()) << " peer=" << e.peer() << " what=" << e.what();
+    std::cerr << "[nsocks worker rank " << gRank << "] " << os.str() << std::endl;
+    publish(comm, scenario, os.str());
+    // Stay until every rank has reported, so that no exit becomes another's failure.
+    std::vector<std::string> keys;
+    for (int p = 0; p < comm.size(); ++p)
+      keys.push_back("proc/" + scenario + "/" + std::to_string(p));
+    try {
+      comm.store()->wait(keys, std::chrono::milliseconds(20000));
+    } catch (const Error&) {
+    }
+    return 0;
+  }
+  return 0;
+}
