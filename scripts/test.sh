@@ -34,13 +34,13 @@ run_suite() {  # build-dir, cmake args..., then "--" ctest args
 # subset (torch_suite.ci) runs here. ctest -L torch_suite_full runs the whole of it.
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE torch_suite_full
 if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
-  # The netns timing case measures seconds on rate-limited links: meaningless, and slow,
-  # under the sanitizers (the other netns cases do run under them). Left to the release
-  # suite too, for CI's time: the 128-rank bootstrap (128 sanitized processes on 2 cores
+  # The netns timing cases (ratelimit, nsocks) measure seconds on rate-limited links:
+  # meaningless, and slow, under the sanitizers (the other netns cases do run under
+  # them). Left to the release suite too, for CI's time: the 128-rank bootstrap (128 sanitized processes on 2 cores
   # outrun its time bound) and the exact-result grid at worlds 7 and 8 (the same code as
   # worlds 2 to 5, which do run here).
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug "-DTCCL_SANITIZE=address,undefined" -- -LE package \
-    -E '^(netns\.ratelimit|P2PProc\.OneGibibyteExchange|cli\.scale_128|Worlds/GridTest\..*world[78].*)$'
+    -E '^(netns\.ratelimit|netns\.nsocks|P2PProc\.OneGibibyteExchange|cli\.scale_128|Worlds/GridTest\..*world[78].*)$'
   # ThreadSanitizer: the tests that run threads (stores, communicators as threads,
   # async collectives, the bucketer, the authenticated handshakes between threads, links
   # and the executor's ranks as threads, the transport's two lanes); the single-threaded

@@ -17,6 +17,14 @@
 #   cluster_bytes I IFACE      "tx rx" byte counters of IFACE inside host I
 #   cluster_shape RATE [IFACE] rate-limit every host's IFACE (default mgmt0) in both
 #                              directions with tc tbf (egress of both veth ends)
+#   cluster_shape_flows RATE KEY... a per-flow rate limit: host i's mgmt0 egress gets an htb
+#                              with 64 classes of RATE each, and every TCP packet goes to the
+#                              class of its port KEY[i] (sport or dport: the connection's
+#                              ephemeral end, the dialler's port) mod 64. So each connection
+#                              is limited to RATE, whatever else runs (this kernel has u32
+#                              but neither the flow classifier nor fq); packets under 128
+#                              bytes (ACKs) pass unlimited
+#   cluster_class_bytes I      "classid bytes" per htb class of host I's mgmt0
 #   cluster_down               delete every namespace this shell created (the EXIT, INT
 #                              and TERM traps call it, so a failing test cleans up too)
 #
@@ -161,6 +169,32 @@ cluster_up() {  # hosts
     [ $tries -gt 100 ] && { echo "cluster: links did not come up" >&2; return 1; }
     sleep 0.05
   done
+}
+
+cluster_shape_flows() {  # rate key-of-host-0 key-of-host-1 ...
+  local rate=$1 i=0 key c
+  shift
+  for key in "$@"; do
+    {
+      echo "qdisc add dev mgmt0 root handle 1: htb default 1"
+      echo "class add dev mgmt0 parent 1: classid 1:1 htb rate 10gbit quantum 60000"
+      # Packets under 128 bytes (pure ACKs) skip the limit: queued behind the other
+      # direction's data in a connection's class they would stretch its RTT to seconds.
+      echo "filter add dev mgmt0 parent 1: protocol ip prio 1 u32 match u16 0 0xff80 at 2 flowid 1:1"
+      for ((c = 0; c < 64; c++)); do
+        printf 'class add dev mgmt0 parent 1: classid 1:%x htb rate %s ceil %s quantum 1514\n' \
+          $((0x100 + c)) "$rate" "$rate"
+        printf 'filter add dev mgmt0 parent 1: protocol ip prio 2 u32 match ip protocol 6 0xff match ip %s %d 0x3f flowid 1:%x\n' \
+          "$key" "$c" $((0x100 + c))
+      done
+    } | ip netns exec "$(cluster_ns "$i")" tc -batch - || return 1
+    i=$((i + 1))
+  done
+}
+
+cluster_class_bytes() {  # host
+  ip netns exec "$(cluster_ns "$1")" tc -s class show dev mgmt0 |
+    awk '$1 == "class" { id = $3 } $1 == "Sent" { print id, $2 }'
 }
 
 cluster_shape() {  # rate [iface]

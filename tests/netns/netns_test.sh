@@ -2,7 +2,7 @@
 # tccl across hosts: 4 network-namespace "hosts" on a bridge (tests/netns/cluster.sh),
 # one `tccl launch` per host, 2 ranks each. Usage:
 #   netns_test.sh CASE TCCL_CLI NETNS_WORKER
-# CASE: collectives | bytes | ifname | stranger | ratelimit | vanish | all
+# CASE: collectives | bytes | ifname | stranger | ratelimit | vanish | nsocks | all
 # Exit 0: passed; 77: skipped (no namespaces here; the reason is printed); else failed.
 # docs/testing-netns.md describes the cases and the figures they check.
 set -uo pipefail
@@ -295,6 +295,64 @@ case_ratelimit() {
   check "ring beats naive by the margin the bytes predict" logs_have ratelimit "timing: PASS"
 }
 
+# ---- several sockets per peer (docs/nsocks.md): a per-flow rate limit ------------------
+# 2 hosts, 1 rank each; every TCP connection limited to 100 Mbit/s (htb, a class per
+# connection: cluster_shape_flows). A ring all-reduce of 8 MiB with TCCL_NSOCKS=1, then
+# =4 with the flow limit told to the cost model (TCCL_FLOW_GBPS), which must choose to
+# stripe and run several times faster, then =4 without it: the cost model must not stripe,
+# and the run is as slow as one socket.
+NSOCKS_MBIT=100
+stripes_median() { sed -n 's/.*stripes: .* median \([0-9.e+-]*\) s.*/\1/p' "$LOGDIR/$1".0.log; }
+# Classes of host 0 that carried more than $2 bytes between two cluster_class_bytes lists.
+busy_classes() {
+  awk -v min="$3" 'NR == FNR { b[$1] = $2; next } $2 - b[$1] > min { n++ } END { print n + 0 }' \
+    "$1" "$2"
+}
+case_nsocks() {
+  if ! cluster_shape_flows ${NSOCKS_MBIT}mbit sport dport; then
+    echo "SKIPPED: tc htb with u32 filters is not available here"
+    skipped="$skipped nsocks"
+    return
+  fi
+  local count=2097152 reps=3 flow t1 t4 toff busy try JOB_TIMEOUT=30  # seconds per job
+  flow=$(awk -v m=$NSOCKS_MBIT 'BEGIN { print m / 8000 }')  # GB/s
+  run_job nsocks1 2 1 TCCL_NSOCKS=1 TCCL_FLOW_GBPS="$flow" -- stripes $count $reps
+  grep -h 'stripes:' "$LOGDIR/nsocks1.0.log"
+  check "K=1 job exits 0" job_ok
+  # Two stripes whose ports share a class would share its rate: seen in the class bytes,
+  # and the K=4 run is repeated once (new connections, new ports).
+  for try in 1 2; do
+    cluster_class_bytes 0 >"$LOGDIR/classes.before"
+    run_job nsocks4 2 1 TCCL_NSOCKS=4 TCCL_FLOW_GBPS="$flow" TCCL_DEBUG=INFO -- \
+      stripes $count $reps
+    cluster_class_bytes 0 >"$LOGDIR/classes.after"
+    busy=$(busy_classes "$LOGDIR/classes.before" "$LOGDIR/classes.after" 4000000)
+    grep -h 'stripes:\|TCCL_NSOCKS=' "$LOGDIR/nsocks4.0.log"
+    echo "nsocks: $busy htb classes of host 0 carried over 4 MB"
+    [ "$busy" -ge 4 ] && break
+    echo "nsocks: two of the 4 connections hashed to one class; once more"
+  done
+  check "K=4 job exits 0" job_ok
+  check "the cost model chose to stripe" logs_have nsocks4 "TCCL_NSOCKS=4: striping messages of"
+  check "every rank made 4 sockets to its peer" \
+    test "$(logs_count nsocks4 'connected to rank .* (4 sockets)')" -eq 2
+  check "4 connections each carried a share" test "$busy" -ge 4
+  run_job nsocks4off 2 1 TCCL_NSOCKS=4 TCCL_DEBUG=INFO -- stripes $count $reps
+  grep -h 'stripes:\|TCCL_NSOCKS=' "$LOGDIR/nsocks4off.0.log"
+  check "K=4 without a flow limit exits 0" job_ok
+  check "without a known flow limit the cost model does not stripe" \
+    logs_have nsocks4off "TCCL_NSOCKS=4: not striping"
+  t1=$(stripes_median nsocks1)
+  t4=$(stripes_median nsocks4)
+  toff=$(stripes_median nsocks4off)
+  echo "nsocks: median ring all-reduce of 8 MiB at ${NSOCKS_MBIT} Mbit/s per flow:" \
+    "K=1 ${t1:-?} s, K=4 ${t4:-?} s, K=4 not striped ${toff:-?} s"
+  check "K=4 striped is at least 2.5x faster than K=1" \
+    awk -v a="${t1:-0}" -v b="${t4:-0}" 'BEGIN { exit !(b > 0 && a / b >= 2.5) }'
+  check "K=4 not striped is no faster than 1.5x K=1" \
+    awk -v a="${t1:-0}" -v b="${toff:-0}" 'BEGIN { exit !(b > 0 && a / b < 1.5) }'
+}
+
 "$TCCL" --help 2>/dev/null | grep "^  launch" >/dev/null ||
   { echo "FAILED: $TCCL has no launch command"; exit 1; }
 trap 'finish' EXIT
@@ -302,8 +360,8 @@ cluster_require
 cluster_up $HOSTS || { echo "FAILED: could not build the namespace cluster"; exit 1; }
 trap 'finish' EXIT  # cluster_up set its own traps; finish also deletes the cluster
 case $case_name in
-  collectives | bytes | ifname | stranger | ratelimit | vanish) "case_$case_name" ;;
-  all) for c in collectives bytes ifname stranger ratelimit vanish; do "case_$c"; done ;;
+  collectives | bytes | ifname | stranger | ratelimit | vanish | nsocks) "case_$case_name" ;;
+  all) for c in collectives bytes ifname stranger ratelimit vanish nsocks; do "case_$c"; done ;;
   *)
     echo "unknown case $case_name"
     exit 2

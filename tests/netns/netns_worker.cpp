@@ -16,6 +16,10 @@
 //                            median time of ring and naive all-reduce over rate-limited
 //                            links: both no faster than their bytes allow, naive/ring above
 //                            MINRATIO
+//   stripes COUNT REPS       ring all-reduce of COUNT int32 (exact data, and each rank's
+//                            payload bytes equal to the ring's 2(N-1)/N x V), REPS times;
+//                            rank 0 prints "stripes: nsocks=K ... median S s busbw G GB/s"
+//                            (several sockets per peer, docs/nsocks.md)
 //   wait-go DIR LATE_MS HOST writes DIR/ready.<rank> and DIR/pid.<pid> (= rank) once its
 //                            listener is open, waits for DIR/go, then runs collectives that
 //                            connect every pair (strangers are knocking on HOST meanwhile;
@@ -58,6 +62,7 @@
 #include "algorithms/allreduce_algos.hpp"
 #include "algorithms/chunking.hpp"
 #include "auth/auth.hpp"
+#include "base/config.hpp"
 #include "tccl/tccl.hpp"
 #include "transport/wire.hpp"
 
@@ -406,6 +411,33 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// ---- several sockets per peer: the ring's time over per-flow rate limits ---------------
+
+int stripesMain(Job& job, size_t count, int reps) {
+  allreduceChecked(job, Algorithm::Ring, static_cast<size_t>(job.n) * 64);  // connect
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    job.comm.barrier();
+    allreduceChecked(job, Algorithm::Ring, count);
+    const PeerCounters tot = job.comm.lastCall().traffic.total();
+    const uint64_t expect = testing::ringSentBytes(count, sizeof(int32_t), job.n, job.rank);
+    check(tot.payloadSent == expect, "ring payload bytes sent " + std::to_string(tot.payloadSent) +
+                                         " != closed form " + std::to_string(expect));
+    double t = job.comm.lastCall().seconds;
+    job.comm.allreduce(&t, 1, DataType::Float64, ReduceOp::Max);
+    times.push_back(t);
+  }
+  if (job.rank != 0) return 0;
+  const double med = median(times);
+  const double bytes = static_cast<double>(count * sizeof(int32_t));
+  const double busbw = bytes / med * 2.0 * (job.n - 1) / job.n / 1e9;
+  std::cout << "stripes: nsocks=" << config::nsocks() << " world=" << job.n
+            << " bytes=" << count * sizeof(int32_t) << " times";
+  for (double t : times) std::cout << " " << t;
+  std::cout << " median " << med << " s busbw " << busbw << " GB/s" << std::endl;
+  return 0;
+}
+
 int timingMain(Job& job, size_t count, int reps, double mbit, double minRatio) {
   const size_t elem = sizeof(int32_t);
   std::map<std::string, double> med, boundSec;
@@ -655,6 +687,7 @@ int main(int argc, char** argv) {
       return timingMain(job, std::stoull(arg(2)), std::stoi(arg(3)), std::stod(arg(4)),
                         std::stod(arg(5)));
     if (what == "vanish") return vanishMain(job, arg(2), std::stoll(arg(3)));
+    if (what == "stripes") return stripesMain(job, std::stoull(arg(2)), std::stoi(arg(3)));
     if (what == "wait-go") return waitGoMain(job, arg(2), std::stoi(arg(3)), std::stoll(arg(4)));
     std::cerr << "unknown scenario " << what << std::endl;
     return 2;
