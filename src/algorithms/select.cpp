@@ -434,7 +434,8 @@ double predictFlowsSec(int flows, size_t bytes, const LinkModel& m) {
   return m.interAlphaSec + (k - 1) * m.alphaSec + static_cast<double>(bytes) * perByte;
 }
 
-StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why) {
+StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why,
+                            uint64_t floorBytes) {
   StripeChoice c;
   const int k = std::max(1, nsocks);
   const size_t seg = std::max<size_t>(1, segmentBytes);
@@ -445,9 +446,10 @@ StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m,
                       std::max(m.interBetaSecPerByte, m.flowSecPerByte / k);
   if (k > 1 && gain > 0) {
     const double t = std::ceil((k - 1) * m.alphaSec / gain);
-    if (t < static_cast<double>(seg) + 1) {
+    const double floor = static_cast<double>(std::max<uint64_t>(1, floorBytes));
+    if (std::max(t, floor) < static_cast<double>(seg) + 1) {
       c.stripe = true;
-      c.minBytes = std::max<uint64_t>(1, static_cast<uint64_t>(t));
+      c.minBytes = static_cast<uint64_t>(std::max(t, floor));
     }
   }
   if (why != nullptr) {

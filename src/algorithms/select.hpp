@@ -170,7 +170,9 @@ struct StripeChoice {
   double oneFlowSec = 0;           // t1 and tK of one segment
   double kFlowsSec = 0;
 };
-StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why);
+// floorBytes: the transport's smallest striped payload (minBytes is at least that).
+StripeChoice chooseStriping(int nsocks, size_t segmentBytes, const LinkModel& m, std::string* why,
+                            uint64_t floorBytes = 1);
 double predictFlowsSec(int flows, size_t bytes, const LinkModel& m);
 
 // ---- the uneven collectives (one algorithm each: a prediction, not a choice) ----------

@@ -15,6 +15,7 @@
 #include "net/iface.hpp"
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
+#include "transport/striped_link.hpp"
 #include "transport/wire.hpp"
 
 namespace tccl::bootstrap {
@@ -177,7 +178,8 @@ namespace bootstrap {
 void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,
                        std::string* why) {
   tc.nsocks = config::nsocks();
-  const algo::StripeChoice c = algo::chooseStriping(tc.nsocks, segmentBytes, model, why);
+  const algo::StripeChoice c =
+      algo::chooseStriping(tc.nsocks, segmentBytes, model, why, kStripeFloorBytes);
   tc.stripeMinBytes = c.stripe ? c.minBytes : UINT64_MAX;
   if (auto forced = config::stripeBytes(); forced && tc.nsocks > 1) {
     tc.stripeMinBytes = *forced;

@@ -503,6 +503,12 @@ TEST(StripingCostModel, ThresholdIsWhereKFlowsFinishSoonerCountingTheExtraSocket
   m.flowSecPerByte = 8e-9;
   const StripeChoice c16 = chooseStriping(16, 1 << 20, m, nullptr);
   EXPECT_NEAR(c16.kFlowsSec, 50e-6 + 15 * 20e-6 + 1048576 * 0.8e-9, 1e-12);
+  // The transport's floor (the smallest payload it stripes) bounds the threshold.
+  // Here T = 3 x 20 us / (8 - 2 ns) = 10000 bytes.
+  EXPECT_EQ(chooseStriping(4, 1 << 20, m, nullptr).minBytes, 10000u);
+  EXPECT_EQ(chooseStriping(4, 1 << 20, m, nullptr, 4096).minBytes, 10000u);
+  EXPECT_EQ(chooseStriping(4, 1 << 20, m, nullptr, 20000).minBytes, 20000u);
+  EXPECT_FALSE(chooseStriping(4, 1 << 20, m, nullptr, (1 << 20) + 1).stripe);
 }
 
 TEST(StripingCostModel, NotWhenTheThresholdIsBeyondASegment) {
