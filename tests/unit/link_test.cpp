@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "link_testing.hpp"
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
 #include "transport/tcp_link.hpp"
@@ -24,44 +25,8 @@ namespace tccl {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Sends one message, waiting for room whenever the link is full.
-LinkStatus sendFrame(Link& link, const wire::MessageHeader& h, const uint8_t* payload,
-                     Deadline deadline) {
-  TxFrame tx;
-  tx.start(h, payload);
-  while (!tx.done()) {
-    const LinkIo io = tx.pump(link);
-    if (io.status == LinkStatus::Progress) continue;
-    if (io.status != LinkStatus::Blocked) return io.status;
-    std::vector<LinkWait> w = {{&link, false, true, 0}};
-    if (!waitLinks(w, -1, deadline)) return LinkStatus::Blocked;
-  }
-  return LinkStatus::Progress;
-}
-
-// Receives one message into `target` (which must hold `expectLength` bytes, or the
-// header's length when expectLength is 0: the target is then set after the header).
-LinkStatus recvFrame(Link& link, RxFrame& rx, uint8_t* target, size_t expectLength,
-                     Deadline deadline) {
-  rx.reset();
-  if (expectLength > 0) rx.expect(target, expectLength);
-  for (;;) {
-    const bool inHeader = !rx.headerReady();
-    const LinkIo io = inHeader ? rx.pumpHeader(link) : rx.pumpPayload(link);
-    if (io.status == LinkStatus::Progress) {
-      if (inHeader && rx.headerReady()) {
-        if (rx.decodeStatus() != wire::DecodeStatus::Ok) return LinkStatus::Error;
-        if (expectLength == 0) rx.setTarget(target);
-      }
-      if (rx.done()) return LinkStatus::Progress;
-      continue;
-    }
-    if (io.status != LinkStatus::Blocked) return io.status;
-    std::vector<LinkWait> w = {{&link, true, false, 0}};
-    if (!waitLinks(w, -1, deadline)) return LinkStatus::Blocked;
-  }
-}
+using testing::recvFrame;
+using testing::sendFrame;
 
 struct Message {
   wire::MessageHeader header;

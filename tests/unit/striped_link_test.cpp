@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "link_testing.hpp"
 #include "net/socket.hpp"
 #include "transport/tcp_link.hpp"
 
@@ -25,6 +26,8 @@ namespace tccl {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::recvFrame;
+using testing::sendFrame;
 
 // ---- the split rule ---------------------------------------------------------------------
 
@@ -154,43 +157,6 @@ std::unique_ptr<StripedPair> makeStripedPair(int k, size_t capacity, uint64_t se
   p->a = std::make_unique<StripedLink>(1, Lane::Collective, "mem", std::move(as), aMinBytes);
   p->b = std::make_unique<StripedLink>(0, Lane::Collective, "mem", std::move(bs), bMinBytes);
   return p;
-}
-
-LinkStatus sendFrame(Link& link, const wire::MessageHeader& h, const uint8_t* payload,
-                     Deadline deadline) {
-  TxFrame tx;
-  tx.start(h, payload);
-  while (!tx.done()) {
-    const LinkIo io = tx.pump(link);
-    if (io.status == LinkStatus::Progress) continue;
-    if (io.status != LinkStatus::Blocked) return io.status;
-    std::vector<LinkWait> w = {{&link, false, true, 0}};
-    if (!waitLinks(w, -1, deadline)) return LinkStatus::Blocked;
-  }
-  return LinkStatus::Progress;
-}
-
-// expectLength > 0: the executor's way (header and payload in one readv); 0: the header
-// first, then the payload into `target`.
-LinkStatus recvFrame(Link& link, RxFrame& rx, uint8_t* target, size_t expectLength,
-                     Deadline deadline) {
-  rx.reset();
-  if (expectLength > 0) rx.expect(target, expectLength);
-  for (;;) {
-    const bool inHeader = !rx.headerReady();
-    const LinkIo io = inHeader ? rx.pumpHeader(link) : rx.pumpPayload(link);
-    if (io.status == LinkStatus::Progress) {
-      if (inHeader && rx.headerReady()) {
-        if (rx.decodeStatus() != wire::DecodeStatus::Ok) return LinkStatus::Error;
-        if (expectLength == 0) rx.setTarget(target);
-      }
-      if (rx.done()) return LinkStatus::Progress;
-      continue;
-    }
-    if (io.status != LinkStatus::Blocked) return io.status;
-    std::vector<LinkWait> w = {{&link, true, false, 0}};
-    if (!waitLinks(w, -1, deadline)) return LinkStatus::Blocked;
-  }
 }
 
 struct Message {
