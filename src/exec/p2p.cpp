@@ -1,7 +1,9 @@
 #include "exec/p2p.hpp"
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +20,18 @@ P2PEngine::P2PEngine(P2PConfig config, P2PLinkSource& links)
     : cfg_(std::move(config)), source_(links) {
   cfg_.chunkBytes = std::max<size_t>(cfg_.chunkBytes, 1);
   cfg_.eagerBytes = std::min(cfg_.eagerBytes, cfg_.poolBytes);
+  graceBackoff_ = std::chrono::microseconds(std::max(cfg_.graceMicros, 1));
   wakeFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  idleFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  graceFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (wakeFd_ < 0 || idleFd_ < 0 || graceFd_ < 0) {
+    const int err = errno;
+    for (int fd : {wakeFd_, idleFd_, graceFd_}) {
+      if (fd >= 0) ::close(fd);
+    }
+    throwError(ErrorKind::System,
+               std::string("the p2p engine's eventfd/timerfd: ") + std::strerror(err));
+  }
 }
 
 P2PEngine::~P2PEngine() {
@@ -34,12 +47,17 @@ P2PEngine::~P2PEngine() {
       fail(op, errorFor(*op, ErrorKind::Aborted, cause.message), completed);
     }
   }
-  progressCv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    wakeProgressLocked(true);
+  }
   driverCv_.notify_all();
   kick();
   if (progress_.joinable()) progress_.join();
   runCompletions(completed);
-  if (wakeFd_ >= 0) ::close(wakeFd_);
+  ::close(wakeFd_);
+  ::close(idleFd_);
+  ::close(graceFd_);
 }
 
 P2PHandle P2PEngine::makeSend(const void* buf, size_t bytes, int peer, int tag, Deadline deadline,
@@ -81,8 +99,65 @@ void P2PEngine::kick() {
   (void)n;
 }
 
-void P2PEngine::wakeProgressLocked() {
-  if (progressIdle_ && !driving_ && callersWaiting_ == 0 && hasWork()) progressCv_.notify_one();
+namespace {
+// A timer wake-up that finds a caller driving or waiting backs off up to this long.
+constexpr std::chrono::microseconds kGraceBackoffMax{1000};
+
+void armTimer(int fd, std::chrono::microseconds after) {
+  itimerspec t{};
+  t.it_value.tv_sec = static_cast<time_t>(after.count() / 1'000'000);
+  t.it_value.tv_nsec = static_cast<long>(after.count() % 1'000'000) * 1000L;
+  if (t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0) t.it_value.tv_nsec = 1000;
+  ::timerfd_settime(fd, 0, &t, nullptr);
+}
+}  // namespace
+
+void P2PEngine::wakeProgressLocked(bool now) {
+  if (now) {
+    graceArmed_ = false;  // the timer may still fire: a spurious wake, looked at and slept on
+    uint64_t one = 1;
+    ssize_t n = ::write(idleFd_, &one, sizeof one);
+    (void)n;
+    return;
+  }
+  if (driving_ || callersWaiting_ > 0 || graceArmed_ || !hasWork()) return;
+  if (cfg_.graceMicros <= 0) {
+    if (progressIdle_) wakeProgressLocked(true);
+    return;
+  }
+  // Armed whether or not the progress thread sleeps now: one that is about to look for
+  // work (just started, or just woken) sees graceArmed_ and sleeps until the timer.
+  armTimer(graceFd_, std::chrono::microseconds(cfg_.graceMicros));
+  graceArmed_ = true;
+}
+
+// The grace timer's wake-ups while a caller keeps driving (a window of waits, each ending
+// with operations still pending) are looked at without the lock: the timer is re-armed,
+// later each time, and graceArmed_ stays set, so the caller arms nothing as it stops
+// waiting and the progress thread does not contend for the lock it drives under. Once
+// nobody drives or waits at a wake-up, the thread takes the lock and looks for work: an
+// operation left pending by a caller starts moving at most kGraceBackoffMax after it left.
+void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
+  progressIdle_ = true;
+  lk.unlock();
+  pollfd fds[2] = {{idleFd_, POLLIN, 0}, {graceFd_, POLLIN, 0}};
+  uint64_t v;
+  for (;;) {
+    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    const bool urgent = ::read(idleFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+    const bool fired = ::read(graceFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+    if (urgent || !fired || !(driving_ || callersWaiting_ > 0)) {
+      lk.lock();
+      progressIdle_ = false;
+      if (fired) graceArmed_ = false;
+      graceBackoff_ = std::chrono::microseconds(std::max(cfg_.graceMicros, 1));
+      return;
+    }
+    graceBackoff_ = std::min(
+        graceBackoff_ * 2, std::max(kGraceBackoffMax, std::chrono::microseconds(cfg_.graceMicros)));
+    armTimer(graceFd_, graceBackoff_);
+  }
 }
 
 void P2PEngine::wakeDriverWaitersLocked() {
@@ -205,10 +280,10 @@ void P2PEngine::finishWait(const std::vector<P2PHandle>& ops) {
 void P2PEngine::progressLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {
-    progressIdle_ = true;
-    progressCv_.wait(lk, [&] { return stop_ || (hasWork() && !driving_ && callersWaiting_ == 0); });
-    progressIdle_ = false;
-    if (stop_) break;
+    if (graceArmed_ || driving_ || callersWaiting_ > 0 || !hasWork()) {
+      sleepIdle(lk);
+      continue;
+    }
     lk.unlock();
     drive([] { return false; }, true);
     lk.lock();
@@ -290,6 +365,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         continue;
       }
       std::vector<LinkWait> waits;
+      std::vector<int> waitPeers;
       for (auto& [peer, ls] : links_) {
         if (ls.closed) continue;
         LinkWait w;
@@ -297,6 +373,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         w.read = true;
         w.write = ls.wantWrite;
         waits.push_back(w);
+        waitPeers.push_back(peer);
       }
       Deadline until2 = earliestDeadline();
       // Connections in progress: the source's descriptor says when to look again; a
@@ -335,6 +412,10 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         }
       }
       lk.lock();
+      for (size_t i = 0; i < waits.size(); ++i) {
+        if (!waits[i].stirred()) continue;
+        if (auto it = links_.find(waitPeers[i]); it != links_.end()) it->second.rxStirred = true;
+      }
     }
     driving_ = false;
     wakeDriverWaitersLocked();
@@ -726,8 +807,8 @@ void P2PEngine::abort(const ErrorInfo& cause) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     wakeDriverWaitersLocked();
+    wakeProgressLocked(true);
   }
-  progressCv_.notify_all();
   kick();
 }
 

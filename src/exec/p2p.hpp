@@ -24,7 +24,9 @@
 // chunks. Whoever waits drives: a thread in wait() does the I/O itself (the lowest
 // latency: no hand-off), and a progress thread drives only while operations are
 // pending and no caller is waiting, so posted operations progress while the caller
-// computes or runs a collective.
+// computes or runs a collective. It takes up operations posted while nobody drives only
+// once a grace (P2PConfig::graceMicros) has passed, so that a caller that waits on them
+// at once drives them itself, and no thread is woken for them.
 //
 // Completion. A send completes once its last byte is handed to the socket (as
 // MPI_Send and Gloo's send: an eager send may complete before the receiver posted its
@@ -61,6 +63,9 @@ struct P2PConfig {
   size_t poolBytes = 256 * 1024;  // TCCL_P2P_POOL_BYTES: eager bytes in flight per peer
   size_t chunkBytes = 1 << 20;    // rendezvous chunk
   int spinMicros = 50;            // busy-poll before sleeping (as the executor)
+  // Operations posted while nobody drives are left this long to a caller who comes to
+  // wait on them before the progress thread takes them up (0: at once).
+  int graceMicros = 50;
 };
 
 // Where the engine gets its links (the transport's p2p lane, or in-memory links).
@@ -200,6 +205,9 @@ class P2PEngine {
     bool wantWrite = false;
     // Receive side.
     RxFrame rx;
+    // poll(2) reported input (or an end) on the link since its last read came up short
+    // (rx.drained()): read it again.
+    bool rxStirred = false;
     bool rxTargetSet = false;
     P2PHandle rxOp;  // the receive the payload lands in
     std::shared_ptr<Unexpected> rxUnexpected;
@@ -239,8 +247,14 @@ class P2PEngine {
   void progressLoop();
   void ensureProgressThread();
   void kick();
-  // Wakes the progress thread if it sleeps and now has work nobody else does (mu_ held).
-  void wakeProgressLocked();
+  // Wakes the progress thread if it sleeps and now has work nobody else does (mu_ held):
+  // after the grace (cfg_.graceMicros, the timer graceFd_) unless `now`; a caller that
+  // waits meanwhile drives the work itself, and the progress thread, woken by the timer,
+  // finds a waiter and sleeps again.
+  void wakeProgressLocked(bool now = false);
+  // The progress thread's sleep while it has nothing to drive (mu_ held, released
+  // while it sleeps).
+  void sleepIdle(std::unique_lock<std::mutex>& lk);
   // Wakes callers waiting on another thread's driving, if any (mu_ held).
   void wakeDriverWaitersLocked();
   Deadline earliestDeadline() const;
@@ -249,17 +263,24 @@ class P2PEngine {
   P2PConfig cfg_;
   P2PLinkSource& source_;
   mutable std::mutex mu_;
-  // Two condition variables, so that a completion wakes only who needs it: the progress
-  // thread sleeps on progressCv_ (woken only when it has work and nobody else drives or
-  // waits), callers waiting for another thread's driving sleep on driverCv_ (woken on
-  // completions and when the driving ends). One shared variable woke the idle progress
-  // thread at every completion: two futex calls and a lock hand-off per message.
-  std::condition_variable progressCv_;
+  // Callers waiting for another thread's driving sleep on driverCv_ (woken on
+  // completions and when the driving ends). The idle progress thread sleeps in poll(2)
+  // on idleFd_ (an eventfd: wake now) and graceFd_ (a timerfd: wake when the grace
+  // ends), so that a post does not wake it: woken at every post, it took the engine's
+  // lock from the caller posting the rest of its window (a futex wait and a context
+  // switch per message; docs/PERFORMANCE.md).
   std::condition_variable driverCv_;
-  bool driving_ = false;
-  bool progressIdle_ = false;  // the progress thread sleeps on progressCv_
+  int idleFd_ = -1;
+  int graceFd_ = -1;
+  bool graceArmed_ = false;  // graceFd_ runs: the progress thread waits for it
+  // The progress thread's: how long it re-arms graceFd_ for when its timer finds a caller
+  // driving or waiting (doubled each time up to kGraceBackoffMax, reset once it looks).
+  std::chrono::microseconds graceBackoff_{0};
+  // Written under mu_; read without it by the progress thread woken by its timer.
+  std::atomic<bool> driving_{false};
+  bool progressIdle_ = false;  // the progress thread sleeps in sleepIdle()
   int driverWaiters_ = 0;      // callers sleeping on driverCv_
-  int callersWaiting_ = 0;
+  std::atomic<int> callersWaiting_{0};
   std::atomic<bool> kicked_{false};  // wakeFd_ was written and not yet drained
   uint64_t linksSeen_ = 0;           // source_.linksVersion() when links() was last read
   bool stop_ = false;

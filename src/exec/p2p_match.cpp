@@ -14,6 +14,10 @@ using namespace p2p_util;
 bool P2PEngine::pumpRx(LinkState& ls, std::vector<P2PHandle>& completed) {
   bool progress = false;
   while (!ls.closed) {
+    // The last read emptied the socket: wait for poll(2) to say more came (a read now
+    // would most likely find nothing), unless it already did.
+    if (ls.rx.drained() && !ls.rxStirred) return progress;
+    ls.rxStirred = false;
     LinkIo r;
     const bool inHeader = !ls.rx.headerReady();
     r = inHeader ? ls.rx.pumpHeader(*ls.link) : ls.rx.pumpPayload(*ls.link);

@@ -122,6 +122,9 @@ LinkIo RxFrame::readInto(Link& link, uint8_t* dst, size_t want) {
   }
   iovec iov[2] = {{dst, want}, {stage_.data(), stage_.size()}};
   LinkIo io = link.readv(iov, stage_.empty() ? 1 : 2);
+  drained_ = io.status == LinkStatus::Blocked ||
+             (io.status == LinkStatus::Progress && !stage_.empty() &&
+              io.bytes < want + stage_.size() && link.shortReadDrains());
   drained_ =
       io.status == LinkStatus::Blocked ||
       (io.status == LinkStatus::Progress && !stage_.empty() && io.bytes < want + stage_.size());

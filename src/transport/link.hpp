@@ -74,6 +74,10 @@ class Link {
   virtual LinkIo readv(const iovec* iov, int iovcnt) = 0;
   // Copies up to n bytes of pending input without consuming it.
   virtual LinkIo peek(uint8_t* buf, size_t n) = 0;
+  // A readv that returned fewer bytes than it asked for left nothing to read (a TCP
+  // socket's receive queue is drained by a read; an in-memory link with random partial
+  // transfers, or a striped link, gives no such promise).
+  virtual bool shortReadDrains() const { return false; }
   // Why the last transfer returned Closed or Error: "connection closed by the peer",
   // "connection reset by the peer", or the system's error text.
   virtual std::string errorText() const = 0;
@@ -174,6 +178,12 @@ class RxFrame {
   void enableReadAhead(size_t bytes) { stage_.resize(bytes); }
   // Bytes read from the link and not yet taken by a frame.
   size_t staged() const { return stageEnd_ - stagePos_; }
+  // With read-ahead: the last read from the link found nothing, or (on a link whose
+  // shortReadDrains()) took less than it asked for, so the connection's receive queue
+  // was empty then: a reader that has consumed the stage can wait for readiness rather
+  // than try another read (which would most likely return EAGAIN: a system call and the
+  // socket's lock for nothing).
+  bool drained() const { return drained_ && staged() == 0; }
   // With read-ahead: the last read from the link took less than it asked for (or
   // nothing), so the connection's receive queue was empty then: a reader that has
   // consumed the stage can wait for readiness rather than try another read (which
@@ -205,6 +215,7 @@ class RxFrame {
   size_t got_ = 0;
   bool counted_ = false;
   std::vector<uint8_t> stage_;  // read-ahead (empty: off); survives reset()
+  bool drained_ = false;        // drained(); survives reset()
   bool drained_ = false;        // drained(); survives reset()
   size_t stagePos_ = 0;
   size_t stageEnd_ = 0;

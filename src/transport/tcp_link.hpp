@@ -17,6 +17,8 @@ class TcpLink final : public Link {
   LinkIo writev(const iovec* iov, int iovcnt) override;
   LinkIo readv(const iovec* iov, int iovcnt) override;
   LinkIo peek(uint8_t* buf, size_t n) override;
+  // A nonblocking readv copies all the socket has queued, up to the ask.
+  bool shortReadDrains() const override { return true; }
   std::string errorText() const override;
 
   int pollFd() const override { return fd_.get(); }

@@ -390,6 +390,70 @@ TEST(P2P, CompletionCallbacksRunOnceAndProgressNeedsNoWaiter) {
   EXPECT_EQ(firstWrong(in, 0, 1, 0), -1);
 }
 
+// A receive posted while nobody drives is left to its caller for the grace: one that waits
+// within it drives the receive itself (the completion runs on its thread), and no
+// progress thread takes it over meanwhile. A long grace makes the outcome certain.
+TEST(P2P, AReceiveWaitedOnWithinTheGraceIsDrivenByItsWaiter) {
+  P2PConfig c;
+  c.graceMicros = 10'000'000;  // 10 s: far longer than the test
+  World w(2, 0, 64 * 1024, c);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<uint8_t> out = message(0, 1, trial, 1000), in(1000);
+    std::thread::id completedOn;
+    auto v = P2PEngine::makeRecv(
+        in.data(), in.size(), 0, trial, soon(), 20000,
+        [&](const P2PResult&, std::exception_ptr) { completedOn = std::this_thread::get_id(); });
+    w.engines[1]->post(v);
+    std::thread sender([&] {
+      std::this_thread::sleep_for(2ms);  // the receive waits before the data comes
+      auto s = P2PEngine::makeSend(out.data(), out.size(), 1, trial, soon(), 20000);
+      w.engines[0]->post(s);
+      w.engines[0]->wait(s);
+    });
+    w.engines[1]->wait(v);
+    sender.join();
+    EXPECT_EQ(completedOn, std::this_thread::get_id()) << "trial " << trial;
+    EXPECT_EQ(firstWrong(in, 0, 1, trial), -1);
+  }
+}
+
+// Nobody waits: the progress thread takes the receive up when the grace ends, not before.
+TEST(P2P, AReceiveNobodyWaitsOnProgressesOnceTheGraceEnds) {
+  P2PConfig c;
+  c.graceMicros = 300'000;  // 300 ms
+  World w(2, 0, 64 * 1024, c);
+  std::vector<uint8_t> out = message(0, 1, 5, 1000), in(1000);
+  auto sent = P2PEngine::makeSend(out.data(), out.size(), 1, 5, soon(), 20000);
+  w.engines[0]->post(sent);
+  w.engines[0]->wait(sent);  // the data is in rank 1's socket before its receive is posted
+  std::atomic<bool> done{false};
+  auto v = P2PEngine::makeRecv(in.data(), in.size(), 0, 5, soon(), 20000,
+                               [&](const P2PResult&, std::exception_ptr) { done = true; });
+  const auto posted = std::chrono::steady_clock::now();
+  w.engines[1]->post(v);
+  // The post itself took the message (it arrived first); a second one, sent after the
+  // post, can only be moved by the progress thread.
+  std::vector<uint8_t> in2(1000);
+  std::atomic<bool> done2{false};
+  auto v2 = P2PEngine::makeRecv(in2.data(), in2.size(), 0, 6, soon(), 20000,
+                                [&](const P2PResult&, std::exception_ptr) { done2 = true; });
+  w.engines[1]->post(v2);
+  std::vector<uint8_t> out2 = message(0, 1, 6, 1000);
+  auto s2 = P2PEngine::makeSend(out2.data(), out2.size(), 1, 6, soon(), 20000);
+  w.engines[0]->post(s2);
+  w.engines[0]->wait(s2);
+  const auto until = posted + 10s;
+  while (!done2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  const auto tookMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - posted)
+                          .count();
+  EXPECT_TRUE(done2.load());
+  EXPECT_GE(tookMs, 250) << "the progress thread moved the receive before the grace ended";
+  EXPECT_EQ(firstWrong(in2, 0, 1, 6), -1);
+  w.engines[1]->wait(v);
+  EXPECT_EQ(firstWrong(in, 0, 1, 5), -1);
+}
+
 TEST(P2P, ClosedPeerFailsItsReceives) {
   World w(2, 0, 64 * 1024);
   w.sources[1].links_[0]->shutdownWrite();
