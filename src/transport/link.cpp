@@ -125,9 +125,6 @@ LinkIo RxFrame::readInto(Link& link, uint8_t* dst, size_t want) {
   drained_ = io.status == LinkStatus::Blocked ||
              (io.status == LinkStatus::Progress && !stage_.empty() &&
               io.bytes < want + stage_.size() && link.shortReadDrains());
-  drained_ =
-      io.status == LinkStatus::Blocked ||
-      (io.status == LinkStatus::Progress && !stage_.empty() && io.bytes < want + stage_.size());
   if (io.status == LinkStatus::Progress && io.bytes > want) {
     stagePos_ = 0;
     stageEnd_ = io.bytes - want;

@@ -184,11 +184,6 @@ class RxFrame {
   // than try another read (which would most likely return EAGAIN: a system call and the
   // socket's lock for nothing).
   bool drained() const { return drained_ && staged() == 0; }
-  // With read-ahead: the last read from the link took less than it asked for (or
-  // nothing), so the connection's receive queue was empty then: a reader that has
-  // consumed the stage can wait for readiness rather than try another read (which
-  // would most likely return EAGAIN: a system call and the socket's lock for nothing).
-  bool drained() const { return drained_ && staged() == 0; }
   // The whole message (header and payload) is in.
   bool done() const;
   // Payload bytes received so far.
@@ -215,7 +210,6 @@ class RxFrame {
   size_t got_ = 0;
   bool counted_ = false;
   std::vector<uint8_t> stage_;  // read-ahead (empty: off); survives reset()
-  bool drained_ = false;        // drained(); survives reset()
   bool drained_ = false;        // drained(); survives reset()
   size_t stagePos_ = 0;
   size_t stageEnd_ = 0;
