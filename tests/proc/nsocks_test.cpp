@@ -104,6 +104,44 @@ TEST(NsocksProc, WithoutStripingEverythingStaysOnTheFirstSocket) {
   }
 }
 
+// The failure paths over striped links (worker.cpp's scenarios, 4096 float32: every ring
+// chunk is at least the 4096-byte floor, so striped): a peer that dies between two calls
+// is found from its sockets at once, and a count mismatch at the first header.
+TEST(NsocksProc, ADeadPeerIsFoundFromItsStripedSockets) {
+  JobSpec spec;
+  spec.world = 4;
+  spec.args = {"die-mid", "2"};
+  spec.extraEnv = kStriped;
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  EXPECT_EQ(job.children[2].exitCode, 3) << describe(job);
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(job.records.count(r)) << describe(job);
+    const Failure f = parseFailure(job.records[r]);
+    EXPECT_EQ(f.kind, "PeerClosed") << job.records[r];
+    EXPECT_LT(f.seconds, 5.0) << "found from the sockets, not at the 30 s timeout";
+  }
+  EXPECT_EQ(parseFailure(job.records[3]).peer, 2) << job.records[3];
+}
+
+TEST(NsocksProc, ACountMismatchIsReportedAtTheFirstStripedHeader) {
+  JobSpec spec;
+  spec.world = 3;
+  spec.args = {"mismatch", "1"};
+  spec.extraEnv = kStriped;
+  spec.deadline = 60s;
+  Job job = runJob(spec);
+  expectAllOk(job);
+  ASSERT_TRUE(job.records.count(2)) << describe(job);
+  const Failure f = parseFailure(job.records[2]);
+  EXPECT_EQ(f.kind, "Mismatch") << job.records[2];
+  EXPECT_EQ(f.peer, 1) << job.records[2];
+  EXPECT_EQ(f.culprit, 1) << job.records[2];
+  EXPECT_EQ(f.phase, "reduce-scatter") << job.records[2];
+  EXPECT_EQ(f.step, 0) << job.records[2];
+  EXPECT_LT(f.seconds, 10.0);
+}
+
 // Rank 2 has TCCL_NSOCKS=2, the others 4: every rank fails its first call at once (the
 // ranks that dial rank 2 are refused by it, rank 2 refuses them), and what each reports
 // names rank 2 and both values.
