@@ -328,7 +328,7 @@ case_nsocks() {
     cluster_class_bytes 0 >"$LOGDIR/classes.after"
     busy=$(busy_classes "$LOGDIR/classes.before" "$LOGDIR/classes.after" 4000000)
     grep -h 'stripes:\|TCCL_NSOCKS=' "$LOGDIR/nsocks4.0.log"
-    echo "nsocks: $busy htb classes of host 0 carried over 4 MB"
+    echo "nsocks: try $try: $busy htb classes of host 0 carried over 4 MB"
     [ "$busy" -ge 4 ] && break
     echo "nsocks: two of the 4 connections hashed to one class; once more"
   done
