@@ -347,7 +347,7 @@ bool Transport::onIncoming(Pending& p, const wire::Hello& h) {
       if (reason == wire::RejectReason::NsocksDiffers) {
         const std::string why =
             nsocksDiffer(h.rank, wire::stripesOf(h.lane), cfg_.rank, socketsPerPeer(lane));
-        detail = " (" + why + ")";
+        detail = " (" + why.substr(0, why.find(':')) + ")";  // the reason says what to do
         nsocksRefused_[h.rank] = why + "; its connection from " + p.address + " was refused";
         p.laneField = wire::laneField(static_cast<uint32_t>(lane), 0, socketsPerPeer(lane));
       }
