@@ -152,10 +152,10 @@ LinkIo StripedLink::writev(const iovec* iov, int iovcnt) {
     if (c.pos < wire::kHeaderSize) {
       // Our copy of the header (it may carry the striped flag), then the caller's bytes
       // after theirs.
-      const size_t hdrLeft = wire::kHeaderSize - c.pos;
-      parts[n++] = {c.header + c.pos, hdrLeft};
-      skip += hdrLeft;
-      n += slice(iov, iovcnt, skip, want - hdrLeft, parts + n, kMaxIov - n);
+      const size_t hdrPart = std::min(wire::kHeaderSize - c.pos, want);
+      parts[n++] = {c.header + c.pos, hdrPart};
+      skip += hdrPart;
+      n += slice(iov, iovcnt, skip, want - hdrPart, parts + n, kMaxIov - n);
     } else {
       n = slice(iov, iovcnt, skip, want, parts, kMaxIov);
     }
