@@ -367,29 +367,61 @@ TEST(StripedLink, OverSocketPairsBothWaysAtOnce) {
   const std::vector<Message> ms = gridMessages(k, 8192, 8 << 20);
   const Deadline deadline = Deadline::after(30s);
   // Each side sends the grid and receives the other's, at once (both directions of every
-  // socket busy, as in a ring step).
+  // socket busy, as in a ring step), from one thread as the executor does (a link is used by
+  // one thread at a time): a TxFrame and an RxFrame pumped in turn, waiting on the link for
+  // whichever direction is blocked.
   auto run = [&](StripedLink& me, std::string& error) {
-    std::thread tx([&] {
-      for (const Message& m : ms) {
-        if (sendFrame(me, m.header, m.payload.data(), deadline) != LinkStatus::Progress) {
+    size_t sent = 0, got = 0;
+    TxFrame tx;
+    RxFrame rx;
+    std::vector<uint8_t> in;
+    bool rxStarted = false;
+    while ((sent < ms.size() || got < ms.size()) && error.empty()) {
+      bool progress = false, wantRead = false, wantWrite = false;
+      if (sent < ms.size()) {
+        if (tx.idle()) tx.start(ms[sent].header, ms[sent].payload.data());
+        const LinkIo io = tx.pump(me);
+        if (io.status == LinkStatus::Progress) {
+          progress = true;
+          if (tx.done()) {
+            tx.reset();
+            ++sent;
+          }
+        } else if (io.status == LinkStatus::Blocked) {
+          wantWrite = true;
+        } else {
           error = "send failed: " + me.errorText();
-          return;
         }
       }
-    });
-    RxFrame rx;
-    for (const Message& m : ms) {
-      std::vector<uint8_t> got(m.payload.size());
-      if (recvFrame(me, rx, got.data(), payloadOf(m), deadline) != LinkStatus::Progress) {
-        error = "receive failed: " + me.errorText();
-        break;
+      if (got < ms.size() && error.empty()) {
+        const Message& m = ms[got];
+        if (!rxStarted) {
+          rx.reset();
+          in.assign(m.payload.size(), 0);
+          if (payloadOf(m) > 0) rx.expect(in.data(), payloadOf(m));
+          rxStarted = true;
+        }
+        const bool inHeader = !rx.headerReady();
+        const LinkIo io = inHeader ? rx.pumpHeader(me) : rx.pumpPayload(me);
+        if (io.status == LinkStatus::Progress) {
+          progress = true;
+          if (rx.done()) {
+            if (rx.header() != m.header || (payloadOf(m) > 0 && in != m.payload)) {
+              error = "message " + std::to_string(m.header.step) + " differs";
+            }
+            rxStarted = false;
+            ++got;
+          }
+        } else if (io.status == LinkStatus::Blocked) {
+          wantRead = true;
+        } else {
+          error = "receive failed: " + me.errorText();
+        }
       }
-      if (rx.header() != m.header || (payloadOf(m) > 0 && got != m.payload)) {
-        error = "message " + std::to_string(m.header.step) + " differs";
-        break;
-      }
+      if (progress || !error.empty()) continue;
+      std::vector<LinkWait> w = {{&me, wantRead, wantWrite, 0}};
+      if (!waitLinks(w, -1, deadline)) error = "timed out";
     }
-    tx.join();
   };
   std::string errA, errB;
   std::thread ta([&] { run(a, errA); });
