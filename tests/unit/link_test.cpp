@@ -25,13 +25,10 @@ namespace tccl {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Message;
+using testing::payloadOf;
 using testing::recvFrame;
 using testing::sendFrame;
-
-struct Message {
-  wire::MessageHeader header;
-  std::vector<uint8_t> payload;
-};
 
 // A mix of kinds and sizes: empty, tiny, around the header size, larger than any
 // capacity used (up to maxLen); Rts and Abort carry none.
@@ -64,10 +61,6 @@ std::vector<Message> someMessages(uint64_t seed, size_t maxLen = 20000) {
     ms.push_back(abort);
   }
   return ms;
-}
-
-size_t payloadOf(const Message& m) {
-  return wire::carriesPayload(m.header.kind) ? m.payload.size() : 0;
 }
 
 // One direction: a sender thread and a receiver thread move `ms` over the pair.

@@ -26,6 +26,8 @@ namespace tccl {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Message;
+using testing::payloadOf;
 using testing::recvFrame;
 using testing::sendFrame;
 
@@ -159,11 +161,6 @@ std::unique_ptr<StripedPair> makeStripedPair(int k, size_t capacity, uint64_t se
   return p;
 }
 
-struct Message {
-  wire::MessageHeader header;
-  std::vector<uint8_t> payload;
-};
-
 // The sizes of the grid around threshold t for K sockets, each with data that depends
 // on the message and the byte's index (a byte from the wrong stripe or offset shows).
 std::vector<Message> gridMessages(int k, uint64_t t, uint64_t maxLen) {
@@ -194,10 +191,6 @@ std::vector<Message> gridMessages(int k, uint64_t t, uint64_t maxLen) {
     }
   }
   return ms;
-}
-
-size_t payloadOf(const Message& m) {
-  return wire::carriesPayload(m.header.kind) ? m.payload.size() : 0;
 }
 
 // a -> b: every message arrives exactly, and the counters and each socket's bytes are

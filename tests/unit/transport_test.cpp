@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "link_testing.hpp"
 #include "net/socket.hpp"
 #include "scoped_env.hpp"
 #include "tccl/error.hpp"
@@ -64,27 +65,7 @@ void sendOn(Link& link, const wire::MessageHeader& h, const uint8_t* payload) {
 // Receives one message (payload into *payload); the final status: Progress when one
 // came, Closed at end of file.
 LinkStatus recvOn(Link& link, wire::MessageHeader* h, std::vector<uint8_t>* payload) {
-  const Deadline deadline = Deadline::after(10s);
-  RxFrame rx;
-  for (;;) {
-    const bool inHeader = !rx.headerReady();
-    const LinkIo io = inHeader ? rx.pumpHeader(link) : rx.pumpPayload(link);
-    if (io.status == LinkStatus::Progress) {
-      if (inHeader && rx.headerReady()) {
-        if (rx.decodeStatus() != wire::DecodeStatus::Ok) return LinkStatus::Error;
-        payload->assign(wire::carriesPayload(rx.header().kind) ? rx.header().length : 0, 0);
-        rx.setTarget(payload->data());
-      }
-      if (rx.done()) {
-        *h = rx.header();
-        return LinkStatus::Progress;
-      }
-      continue;
-    }
-    if (io.status != LinkStatus::Blocked) return io.status;
-    std::vector<LinkWait> w = {{&link, true, false, 0}};
-    if (!waitLinks(w, -1, deadline)) return LinkStatus::Blocked;
-  }
+  return testing::recvFrame(link, h, payload, Deadline::after(10s));
 }
 
 // World `n`: every rank connects both lanes to every other rank at once, one thread per
