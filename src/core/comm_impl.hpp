@@ -185,6 +185,8 @@ struct Communicator::Impl {
     // A call issued to an idle queue is the progress thread's only after this: until
     // then its waiter may run it (runQueued). Cleared when the front call is taken.
     std::chrono::steady_clock::time_point graceUntil{};
+    // How long that is: TCCL_ASYNC_GRACE_US, read at construction (default kStealGrace).
+    std::chrono::microseconds grace{};
     // The progress thread: started by the first asynchronous call, it ends after
     // kProgressLinger without work (so idle sub-communicators hold no thread) and the
     // next one starts it again. progressRunning: it has not decided to end.

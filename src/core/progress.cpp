@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "algorithms/collective_spec.hpp"
+#include "base/config.hpp"
 #include "base/log.hpp"
 #include "core/comm_impl.hpp"
 #include "transport/wire.hpp"
@@ -37,7 +38,8 @@ constexpr std::chrono::milliseconds kProgressLinger{1000};
 // critical path. An asynchronous call nobody waits on starts this much later.
 constexpr std::chrono::microseconds kStealGrace{50};
 
-Communicator::Impl::Queue::Queue() {
+Communicator::Impl::Queue::Queue()
+    : grace(config::getEnvInt("TCCL_ASYNC_GRACE_US", 0, 10'000'000).value_or(kStealGrace.count())) {
   wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   graceFd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   if (wakeFd < 0 || graceFd < 0) {
@@ -108,7 +110,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
       });
   const bool idle = q.pending.empty() && !q.busy;
   if (idle) {
-    q.graceUntil = std::chrono::steady_clock::now() + kStealGrace;
+    q.graceUntil = std::chrono::steady_clock::now() + q.grace;
     q.armGrace(q.graceUntil);
   }
   q.pending.emplace_back(std::move(call), work);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.hpp"
 #include "tccl/bucketer.hpp"
 #include "tccl/tccl.hpp"
 
@@ -97,10 +98,13 @@ TEST(Async, BlockingCallAfterAsyncRunsInIssueOrder) {
 }
 
 // A call issued to an idle queue and waited on at once is run by its waiter (no hand-off
-// to the progress thread): its callback runs on the waiting thread. The progress thread
-// leaves it 50 us (kStealGrace), which a preempted waiter may miss, so of 20 such calls at
-// least one must show it; every result is exact either way.
+// to the progress thread): its callback runs on the waiting thread. The default grace
+// (50 us, kStealGrace) is shorter than a sanitizer build's or a loaded machine's gap
+// between issue and wait, so the test sets TCCL_ASYNC_GRACE_US to 10 s: then every call
+// must be the waiter's, and none waits for the grace (the test would take 200 s).
 TEST(Async, ACallWaitedOnAtOnceRunsOnTheWaitersThread) {
+  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "10000000");
+  const auto start = std::chrono::steady_clock::now();
   runRanks(2, [](Communicator& comm) {
     int onWaiter = 0;
     for (int i = 0; i < 20; ++i) {
@@ -112,8 +116,39 @@ TEST(Async, ACallWaitedOnAtOnceRunsOnTheWaitersThread) {
       onWaiter += ranOn == std::this_thread::get_id() ? 1 : 0;
       for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
     }
-    EXPECT_GE(onWaiter, 1);
+    EXPECT_EQ(onWaiter, 20);
   });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 9s);
+}
+
+// TCCL_ASYNC_GRACE_US=0: the progress thread may take a call at once, and a call nobody
+// waits on is done without any wait; a value out of [0, 10^7] is refused at construction.
+TEST(Async, TheGraceComesFromTheEnvironment) {
+  {
+    tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "0");
+    runRanks(2, [](Communicator& comm) {
+      for (int i = 0; i < 10; ++i) {
+        std::vector<int64_t> v(5, comm.rank() * 10 + i);
+        WorkPtr w = comm.allreduceAsync(std::span<int64_t>(v), ReduceOp::Sum);
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(100us);
+        ASSERT_TRUE(w->isCompleted());
+        for (int64_t x : v) ASSERT_EQ(x, 10 + 2 * i);
+      }
+    });
+  }
+  for (const char* bad : {"-1", "10000001", "5us"}) {
+    tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", bad);
+    auto store = std::make_shared<HashStore>();
+    try {
+      Communicator comm(store, 0, 1);
+      ADD_FAILURE() << "TCCL_ASYNC_GRACE_US=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find("TCCL_ASYNC_GRACE_US"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Nobody waits: the progress thread runs it once the grace is over.
