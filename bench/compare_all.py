@@ -10,7 +10,7 @@ alternates the contenders within each repetition, and prints markdown tables of 
   Every contender runs out of place (separate input and output buffers), unpinned (mpirun
   --bind-to none); any wrong element, failed or missing run ends the script with an error.
 
-  compare: 8 B and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
+  compare: 8 B, 1 MiB and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
            bcube (its halving-doubling-like algorithm) over 127.0.0.1, and through Python
            (bench/py_allreduce.py under `tccl launch`): torch.distributed with the tccl and the
@@ -119,12 +119,15 @@ def python_row(world, size, impl):
     raise RuntimeError(f"no result from py_allreduce.py {impl}:\n" + out)
 
 
+SIZE_NAMES = {8: "8 B", 1 << 20: "1 MiB", 64 << 20: "64 MiB"}
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
 def compare(worlds, reps, python=True):
-    sizes = [8, 64 << 20]
+    sizes = [8, 1 << 20, 64 << 20]
     res = {}
     for rep in range(reps):
         for w in worlds:
@@ -143,20 +146,26 @@ def compare(worlds, reps, python=True):
     print("| world | size | impl | time (us) | busbw (GB/s) | #wrong |")
     print("|---:|---:|---|---:|---:|---:|")
     for (w, s, impl), v in sorted(res.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        print(f"| {w} | {'8 B' if s == 8 else '64 MiB'} | {impl} | {med([x[0] for x in v]):.2f} | "
+        print(f"| {w} | {SIZE_NAMES[s]} | {impl} | {med([x[0] for x in v]):.2f} | "
               f"{med([x[1] for x in v]):.3f} | {max(x[2] for x in v):.0f} |")
     print()
-    print("| world | 8 B: tccl auto / MPI time | 8 B: tccl auto / best Gloo time | 64 MiB: tccl auto / MPI busbw |")
-    print("|---:|---:|---:|---:|")
+    print("| world | 8 B: tccl auto / MPI time | 8 B: tccl auto / best Gloo time | "
+          "1 MiB: tccl auto / MPI busbw | 64 MiB: tccl auto / MPI busbw | "
+          "64 MiB: tccl auto / best Gloo busbw |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for w in worlds:
         def pick(s, prefix):
             return [v for (ww, ss, impl), v in res.items() if ww == w and ss == s and impl.startswith(prefix)]
         t_auto = med([x[0] for v in pick(8, "tccl") for x in v])
         t_mpi = med([x[0] for v in pick(8, "Open MPI") for x in v])
         t_gloo = min(med([x[0] for x in v]) for v in pick(8, "Gloo"))
+        m_auto = med([x[1] for v in pick(1 << 20, "tccl") for x in v])
+        m_mpi = med([x[1] for v in pick(1 << 20, "Open MPI") for x in v])
         b_auto = med([x[1] for v in pick(64 << 20, "tccl") for x in v])
         b_mpi = med([x[1] for v in pick(64 << 20, "Open MPI") for x in v])
-        print(f"| {w} | {t_auto / t_mpi:.2f} | {t_auto / t_gloo:.2f} | {b_auto / b_mpi:.2f} |")
+        b_gloo = max(med([x[1] for x in v]) for v in pick(64 << 20, "Gloo"))
+        print(f"| {w} | {t_auto / t_mpi:.2f} | {t_auto / t_gloo:.2f} | {m_auto / m_mpi:.2f} | "
+              f"{b_auto / b_mpi:.2f} | {b_auto / b_gloo:.2f} |")
     if not python:
         return
     print()

@@ -45,7 +45,8 @@ struct CommOptions {
   // listenAddress and TCCL_SOCKET_IFNAME / TCCL_SOCKET_FAMILY, as a TcpStore's own
   // connection is. Empty: none (a TcpStore's route, else 127.0.0.1).
   std::string routeAddress;
-  // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB).
+  // Pipeline segment size in bytes (0: TCCL_SEGMENT_BYTES, else 1 MiB, and for a ring
+  // or halving-doubling all-reduce the cost model's choice of at most 1 MiB).
   size_t segmentBytes = 0;
   // Measure the links at construction (measureLinks()); also TCCL_TUNE=startup.
   bool measureLinks = false;

@@ -35,6 +35,9 @@ struct CallStats {
   int64_t seq = -1;
   uint64_t count = 0;
   uint64_t bytes = 0;  // count * element size (V)
+  // The pipeline segment its schedule was cut into (TCCL_SEGMENT_BYTES or
+  // CommOptions::segmentBytes if set, else for an all-reduce the cost model's).
+  uint64_t segmentBytes = 0;
   double seconds = 0;  // wall time of the call on this rank
   CommStats traffic;   // counters for this call only
 };

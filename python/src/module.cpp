@@ -256,6 +256,7 @@ py::dict toDict(const tccl::CallStats& s) {
   d["seq"] = s.seq;
   d["count"] = s.count;
   d["bytes"] = s.bytes;
+  d["segment_bytes"] = s.segmentBytes;
   d["seconds"] = s.seconds;
   d["traffic"] = toDict(s.traffic);
   return d;

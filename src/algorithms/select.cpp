@@ -426,6 +426,32 @@ Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkMo
   return pick;
 }
 
+// ---- the pipeline segment of an all-reduce -------------------------------------------
+
+size_t allreduceSegmentBytes(Algorithm a, int n, size_t bytes, const LinkModel& m, size_t cap) {
+  cap = std::max<size_t>(1, cap);
+  // Cutting finer overlaps a rank's receive, reduce and send on its own core; with more
+  // ranks than cores (or the cores unknown) the CPU is the bottleneck and every extra
+  // message costs it more (measured: docs/PERFORMANCE.md), so the default stays.
+  if (n <= 1 || bytes == 0 || !(m.alphaSec > 0) || m.cores <= 0 || n > m.cores) return cap;
+  double piece = 0;
+  if (a == Algorithm::Ring) {
+    piece = std::ceil(static_cast<double>(bytes) / n);
+  } else if (a == Algorithm::HalvingDoubling) {
+    piece = std::ceil(static_cast<double>(bytes) / 2);
+  } else {
+    return cap;
+  }
+  // k x alpha + c / k (c: the piece's wire and reduce time) is least at the integer k
+  // next to sqrt(c / alpha): k = floor of it, or one more where k (k + 1) < c / alpha.
+  const double ratio = piece * (m.betaSecPerByte + m.gammaSecPerByte) / m.alphaSec;
+  double k = std::max(1.0, std::floor(std::sqrt(ratio)));
+  if (k * (k + 1) < ratio) k += 1;
+  constexpr double kGrain = 4096;
+  const double seg = std::ceil(std::ceil(piece / k) / kGrain) * kGrain;
+  return seg >= static_cast<double>(cap) ? cap : static_cast<size_t>(seg);
+}
+
 // ---- several sockets per peer ----------------------------------------------------------
 
 double predictFlowsSec(int flows, size_t bytes, const LinkModel& m) {

@@ -152,6 +152,23 @@ double predictChainBroadcastSec(int n, size_t bytes, size_t segmentBytes, const 
 Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkModel& m,
                           std::string* why);
 
+// ---- the pipeline segment of an all-reduce (docs/algorithms.md, "Segment size") -------
+// When neither TCCL_SEGMENT_BYTES nor CommOptions::segmentBytes fixes it. The ring and
+// halving-doubling move one piece P per step to each peer (the ring V/n, hd V/2 at its
+// first step) and overlap, per step, the receive, the reduce and the send of the piece's
+// segments: cut into k segments, a step costs about
+//   k x alpha + P x (beta + gamma) + P x (beta + gamma) / k
+// (k messages, the piece's wire and reduce time, and one segment's worth that does not
+// overlap: the first receive before the first reduce, the last send after the last),
+// which is least at the integer k next to sqrt(P x (beta + gamma) / alpha) (at least 1).
+// The segment is P / k rounded up to a multiple of 4 KiB, and at most
+// `cap` (the default segment, 1 MiB). The other algorithms, worlds of one rank, and
+// worlds of more ranks than rank 0's host has cores (m.cores; 0, unknown, counts as
+// too few) get `cap`: there the cores, not the overlap, bound the time, and more
+// messages cost more (at worlds 4 and 8 on 2 cores, 10-70 % slower at 256 KiB-4 MiB).
+// Every rank computes the same value from (a, n, bytes, the job's model).
+size_t allreduceSegmentBytes(Algorithm a, int n, size_t bytes, const LinkModel& m, size_t cap);
+
 // ---- several sockets per peer (TCCL_NSOCKS; docs/nsocks.md, docs/algorithms.md) --------
 // One message of L bytes between hosts on one TCP flow, or cut into K parts carried by K
 // flows at once:

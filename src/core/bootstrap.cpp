@@ -202,6 +202,7 @@ void Communicator::Impl::readSettings(std::shared_ptr<Store> userStore, int rank
   b.timeout = options.timeout;
   if (auto t = config::timeoutMs()) b.timeout = std::chrono::milliseconds(*t);
   b.segmentBytes = options.segmentBytes ? options.segmentBytes : config::segmentBytes();
+  b.segmentFixed = options.segmentBytes != 0 || config::getEnv("TCCL_SEGMENT_BYTES").has_value();
   b.spinMicros = static_cast<int>(config::spinMicros().value_or(kDefaultSpinMicros));
   b.envAlgorithm = config::allreduceAlgorithm();
   b.model = algo::LinkModel::fromEnv();

@@ -111,6 +111,10 @@ struct Communicator::Impl {
     CommOptions options;
     std::chrono::milliseconds timeout{0};  // the communicator's: options, TCCL_TIMEOUT_MS
     size_t segmentBytes = 0;
+    // TCCL_SEGMENT_BYTES or CommOptions::segmentBytes set it: every call uses it. Else
+    // an all-reduce's segment comes from the cost model (algo::allreduceSegmentBytes),
+    // at most segmentBytes (the default, 1 MiB).
+    bool segmentFixed = false;
     int spinMicros = 0;
     std::optional<Algorithm> envAlgorithm;  // TCCL_ALGO
     algo::LinkModel model;                  // rank 0's (the job record)

@@ -51,8 +51,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   if (options.measureLinks || config::getEnv("TCCL_TUNE").value_or("") == "startup") measureLinks();
   TCCL_INFO("communicator '" << options.name << "' rank " << rank << "/" << size << " job "
                              << std::hex << m.boot.jobId << std::dec << " segment "
-                             << m.boot.segmentBytes << " B timeout " << m.boot.timeout.count()
-                             << " ms");
+                             << (m.boot.segmentFixed ? "" : "at most ") << m.boot.segmentBytes
+                             << " B timeout " << m.boot.timeout.count() << " ms");
 }
 
 Communicator Communicator::fromEnv(CommOptions options) {

@@ -25,6 +25,7 @@ struct CallPlan {
   const algo::Schedule* schedule = nullptr;  // exec.memo's (planSchedule)
   ExecContext ctx;
   std::vector<uint8_t> inputCopy;  // naive all-reduce in place works from a copy
+  size_t segmentBytes = 0;         // what the schedule was cut into
 };
 
 // ---- issue order ----------------------------------------------------------------------
@@ -276,6 +277,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
     beginStats(call, stats);
     planSchedule(call, plan, deadline, timeoutMs);
     if (stats->algorithm.empty()) stats->algorithm = plan.schedule->algorithm;
+    stats->segmentBytes = plan.segmentBytes;
     fillContext(call, plan, deadline, timeoutMs);
     what = runningOf(call, plan, timeoutMs);
     enterCall(call.seq, what);
@@ -331,7 +333,15 @@ void Communicator::Impl::planSchedule(const PreparedCall& call, CallPlan& plan, 
                                       int64_t timeoutMs) {
   const size_t elem = dataTypeSize(call.dtype);
   algo::BuildArgs args = argsOf(call);
-  args.segElems = std::max<size_t>(1, boot.segmentBytes / elem);
+  // An all-reduce's segment, unless one is set, from the cost model: every rank computes
+  // the same from the call and the job's model.
+  const size_t segment =
+      boot.segmentFixed || call.kind != algo::Collective::AllReduce
+          ? boot.segmentBytes
+          : algo::allreduceSegmentBytes(call.algorithm, boot.size, call.count * elem, boot.model,
+                                        boot.segmentBytes);
+  args.segElems = std::max<size_t>(1, segment / elem);
+  plan.segmentBytes = segment;
   // Only hier needs the host layout (read within the call's deadline: readHosts).
   args.hosts = call.algorithm == Algorithm::Hierarchical
                    ? &readHosts(call, deadline, timeoutMs).layout(deadline)

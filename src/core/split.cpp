@@ -42,6 +42,7 @@ std::unique_ptr<Communicator::Impl> Communicator::Impl::attachChild(
   b.timeout = timeout.value_or(p.timeout);
   if (timeout) b.options.timeout = *timeout;
   b.segmentBytes = p.segmentBytes;
+  b.segmentFixed = p.segmentFixed;
   b.spinMicros = p.spinMicros;
   b.envAlgorithm = p.envAlgorithm;
   b.model = p.model;

@@ -112,6 +112,63 @@ TEST(Communicator, LastCallReportsAlgorithmSequenceAndBytes) {
   });
 }
 
+// The all-reduce's segment when none is set comes from the cost model
+// (algo::allreduceSegmentBytes; select_test checks the rule): with the model pinned
+// (alpha 20 us, 2 GB/s, 20 GB/s, 2 cores) a 1 MiB ring at world 2 moves two 512 KiB
+// pieces in 128 KiB segments, so each rank sends 8 messages, not 2. TCCL_SEGMENT_BYTES
+// or CommOptions::segmentBytes fix it, and more ranks than cores keep the default.
+TEST(Communicator, TheAllreduceSegmentComesFromTheCostModelUnlessSet) {
+  using tccl::testing::ScopedEnv;
+  ScopedEnv tune("TCCL_TUNE_FILE", "/nonexistent/tccl-tune.conf");
+  ScopedEnv alpha("TCCL_ALPHA_US", "20");
+  ScopedEnv beta("TCCL_BETA_GBPS", "2");
+  ScopedEnv gamma("TCCL_GAMMA_GBPS", "20");
+  ScopedEnv seg("TCCL_SEGMENT_BYTES", nullptr);
+  struct Case {
+    const char* cores;
+    const char* envSegment;
+    size_t optionSegment;
+    uint64_t segment;
+    uint64_t messages;
+  };
+  for (const Case& c : {Case{"2", nullptr, 0, 131072, 8}, Case{"2", "1048576", 0, 1048576, 2},
+                        Case{"2", nullptr, 262144, 262144, 4}, Case{"1", nullptr, 0, 1048576, 2},
+                        Case{"2", "65536", 0, 65536, 16}}) {
+    ScopedEnv cores("TCCL_CORES", c.cores);
+    ScopedEnv envSeg("TCCL_SEGMENT_BYTES", c.envSegment);
+    CommOptions opts;
+    opts.segmentBytes = c.optionSegment;
+    auto store = std::make_shared<HashStore>();
+    runRanks(
+        2, store,
+        [&](Communicator& comm) {
+          std::vector<float> v(262144);
+          for (size_t k = 0; k < v.size(); ++k)
+            v[k] = static_cast<float>(comm.rank() * 1000 + static_cast<int>(k % 997));
+          for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the schedule
+            std::vector<float> out(v.size());
+            comm.allreduce(std::span<const float>(v), std::span<float>(out), ReduceOp::Sum,
+                           {Algorithm::Ring, std::nullopt});
+            for (size_t k = 0; k < out.size(); ++k)
+              ASSERT_EQ(out[k], static_cast<float>(1000 + 2 * static_cast<int>(k % 997))) << k;
+            const CallStats& cs = comm.lastCall();
+            EXPECT_EQ(cs.segmentBytes, c.segment) << "cores " << c.cores;
+            EXPECT_EQ(cs.traffic.total().messagesSent, c.messages) << "cores " << c.cores;
+            EXPECT_EQ(cs.traffic.total().payloadSent, v.size() * sizeof(float));
+          }
+          // Other collectives keep the fixed segment: a 1 MiB all-gather's 512 KiB
+          // piece is one message.
+          std::vector<float> mine(131072, static_cast<float>(comm.rank())), all(262144);
+          comm.allGather(mine.data(), all.data(), mine.size(), DataType::Float32);
+          EXPECT_EQ(comm.lastCall().segmentBytes,
+                    c.envSegment || c.optionSegment ? c.segment : uint64_t{1048576});
+          EXPECT_EQ(all[0], 0.0f);
+          EXPECT_EQ(all[262143], 1.0f);
+        },
+        opts);
+  }
+}
+
 TEST(Communicator, PerCallTimeoutNamesTheSilentPeerAndAbortsTheCommunicator) {
   auto store = std::make_shared<HashStore>();
   std::atomic<bool> done{false};

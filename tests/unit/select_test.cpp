@@ -542,5 +542,96 @@ TEST(StripingCostModel, FlowRateFromTheEnvironmentAndTheTuneFile) {
   std::filesystem::remove(path);
 }
 
+// ---- the all-reduce's pipeline segment (allreduceSegmentBytes) ------------------------
+
+LinkModel segmentModel(int cores) {
+  LinkModel m;  // alpha 20 us, beta 2 GB/s, gamma 20 GB/s
+  m.alphaSec = 20e-6;
+  m.betaSecPerByte = 1.0 / 2.0e9;
+  m.gammaSecPerByte = 1.0 / 20.0e9;
+  m.cores = cores;
+  return m;
+}
+
+constexpr size_t kCap = size_t{1} << 20;
+
+// Worked by hand from the formula in select.hpp: c / alpha = P x 0.55 ns / 20 us.
+TEST(SegmentCostModel, HandWorkedCases) {
+  // Ring, world 2, 1 MiB: P = 512 KiB, c / alpha = 14.42, sqrt 3.80; 3 x 4 = 12 < 14.42,
+  // so k = 4 and the segment is 128 KiB.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, kCap, segmentModel(2), kCap), 131072u);
+  // hd, world 2 and 4, 1 MiB: P = V/2 = 512 KiB, the same.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::HalvingDoubling, 2, kCap, segmentModel(2), kCap),
+            131072u);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::HalvingDoubling, 4, kCap, segmentModel(4), kCap),
+            131072u);
+  // Ring, world 4, 1 MiB: P = 256 KiB, 7.21; 2 x 3 = 6 < 7.21: k = 3, 87,382 B up to
+  // 22 x 4 KiB.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 4, kCap, segmentModel(8), kCap), 90112u);
+  // Ring, world 8, 1 MiB: P = 128 KiB, 3.60; 1 x 2 = 2 < 3.60: k = 2, 64 KiB.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 8, kCap, segmentModel(8), kCap), 65536u);
+  // Ring, world 8, 64 MiB: P = 8 MiB, 230.7, sqrt 15.19; 15 x 16 = 240 > 230.7: k = 15,
+  // 559,241 B up to 137 x 4 KiB.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 8, 64 * kCap, segmentModel(8), kCap), 561152u);
+  // Ring, world 2, 64 MiB: k = 30, 1.07 MB > the cap.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, 64 * kCap, segmentModel(2), kCap), kCap);
+  // A small cap wins; a tiny call is one segment, rounded up to 4 KiB.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, kCap, segmentModel(2), 65536), 65536u);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 3, 1000, segmentModel(4), kCap), 4096u);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, 8, segmentModel(2), kCap), 4096u);
+}
+
+// The default segment (the cap) wherever the rule does not apply.
+TEST(SegmentCostModel, TheCapWhereTheRuleDoesNotApply) {
+  for (Algorithm a : {Algorithm::Naive, Algorithm::Tree, Algorithm::RecursiveDoubling,
+                      Algorithm::Hierarchical, Algorithm::Auto}) {
+    EXPECT_EQ(allreduceSegmentBytes(a, 2, kCap, segmentModel(2), kCap), kCap) << toString(a);
+  }
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 1, kCap, segmentModel(2), kCap), kCap);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, 0, segmentModel(2), kCap), kCap);
+  // More ranks than cores, exactly as many, and cores unknown.
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 3, kCap, segmentModel(2), kCap), kCap);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 8, kCap, segmentModel(2), kCap), kCap);
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, kCap, segmentModel(0), kCap), kCap);
+  EXPECT_LT(allreduceSegmentBytes(Algorithm::Ring, 2, kCap, segmentModel(2), kCap), kCap);
+  LinkModel free = segmentModel(2);
+  free.alphaSec = 0;
+  EXPECT_EQ(allreduceSegmentBytes(Algorithm::Ring, 2, kCap, free, kCap), kCap);
+}
+
+// Over a grid with the edges, the segment is the one the k minimising
+// k x alpha + c / k (found by trying every k) gives: a search, not the closed form.
+TEST(SegmentCostModel, MatchesABruteForceSearchOverAGrid) {
+  for (double alphaUs : {2.0, 20.0, 200.0}) {
+    for (int n : {2, 3, 4, 5, 7, 8, 16}) {
+      for (size_t bytes : {size_t{1}, size_t{4095}, size_t{4096}, size_t{65537}, kCap - 1, kCap,
+                           3 * kCap + 7, 16 * kCap, 64 * kCap, 256 * kCap + 3}) {
+        for (Algorithm a : {Algorithm::Ring, Algorithm::HalvingDoubling}) {
+          LinkModel m = segmentModel(16);
+          m.alphaSec = alphaUs * 1e-6;
+          const uint64_t piece =
+              a == Algorithm::Ring ? (bytes + n - 1) / static_cast<size_t>(n) : (bytes + 1) / 2;
+          const double c = static_cast<double>(piece) * (m.betaSecPerByte + m.gammaSecPerByte);
+          uint64_t bestK = 1;
+          for (uint64_t k = 2; k <= 100000; ++k) {
+            const double f = static_cast<double>(k) * m.alphaSec + c / static_cast<double>(k);
+            const double g =
+                static_cast<double>(bestK) * m.alphaSec + c / static_cast<double>(bestK);
+            if (f < g) bestK = k;
+          }
+          uint64_t seg = (piece + bestK - 1) / bestK;
+          seg = (seg + 4095) / 4096 * 4096;
+          for (size_t cap : {size_t{65536}, kCap, 4 * kCap}) {
+            const size_t got = allreduceSegmentBytes(a, n, bytes, m, cap);
+            EXPECT_EQ(got, std::min<uint64_t>(seg, cap))
+                << toString(a) << " n " << n << " bytes " << bytes << " alpha " << alphaUs
+                << " cap " << cap;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tccl::algo
