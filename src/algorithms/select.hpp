@@ -165,7 +165,7 @@ Algorithm chooseBroadcast(int n, size_t bytes, size_t segmentBytes, const LinkMo
 // `cap` (the default segment, 1 MiB). The other algorithms, worlds of one rank, and
 // worlds of more ranks than rank 0's host has cores (m.cores; 0, unknown, counts as
 // too few) get `cap`: there the cores, not the overlap, bound the time, and more
-// messages cost more (at worlds 4 and 8 on 2 cores, 10-70 % slower at 256 KiB-4 MiB).
+// messages cost more (at worlds 4 and 8 on 2 cores, 1-70 % slower at 256 KiB-4 MiB).
 // Every rank computes the same value from (a, n, bytes, the job's model).
 size_t allreduceSegmentBytes(Algorithm a, int n, size_t bytes, const LinkModel& m, size_t cap);
 
