@@ -36,8 +36,11 @@ constexpr std::chrono::milliseconds kProgressLinger{1000};
 // How long the progress thread leaves a call issued to an idle queue to its waiter: a
 // blocking collective of torch's is an asynchronous call waited on at once (a few us of
 // Python later), and the waiter that runs it itself saves two thread wake-ups on its
-// critical path. An asynchronous call nobody waits on starts this much later.
-constexpr std::chrono::microseconds kStealGrace{50};
+// critical path. An asynchronous call nobody waits on starts this much later. 1 ms, not
+// the 50 us of before: through torch on 2 cores, 8-byte all-reduces ran 1.2-1.6x faster
+// (docs/PERFORMANCE.md, "The waiter's grace"). TCCL_ASYNC_GRACE_US overrides it (0: the
+// progress thread takes every call at once).
+constexpr std::chrono::microseconds kStealGrace{1000};
 
 Communicator::Impl::Queue::Queue()
     : grace(config::getEnvInt("TCCL_ASYNC_GRACE_US", 0, 10'000'000).value_or(kStealGrace.count())) {

@@ -130,8 +130,11 @@ def test_output_lines_are_whole_and_tagged(tmp_path):
 
 
 def test_no_tag_output_passes_output_through(tmp_path):
+    # One write(2) per line: untagged output of two ranks shares one pipe, and print()'s
+    # pieces ('plain', ' ', the rank, '\n') are separate writes when stdout is unbuffered,
+    # which let two ranks' lines interleave ("plainplain") about one run in six.
     script = write_worker(tmp_path, "one.py",
-                          "import os\nprint('plain', os.environ['RANK'], flush=True)\n")
+                          "import os\nos.write(1, f\"plain {os.environ['RANK']}\\n\".encode())\n")
     p = launch("--nproc-per-node", "2", "--no-tag-output", script)
     assert p.returncode == 0, p.stderr
     assert sorted(p.stdout.split()) == ["0", "1", "plain", "plain"]

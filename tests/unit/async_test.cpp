@@ -98,10 +98,10 @@ TEST(Async, BlockingCallAfterAsyncRunsInIssueOrder) {
 }
 
 // A call issued to an idle queue and waited on at once is run by its waiter (no hand-off
-// to the progress thread): its callback runs on the waiting thread. The default grace
-// (50 us, kStealGrace) is shorter than a sanitizer build's or a loaded machine's gap
-// between issue and wait, so the test sets TCCL_ASYNC_GRACE_US to 10 s: then every call
-// must be the waiter's, and none waits for the grace (the test would take 200 s).
+// to the progress thread): its callback runs on the waiting thread. A grace of 50 us (the
+// default until 2026-12-02; 1 ms now) was shorter than a sanitizer build's or a loaded
+// machine's gap between issue and wait, so the test sets TCCL_ASYNC_GRACE_US to 10 s: then
+// every call must be the waiter's, and none waits for the grace (the test would take 200 s).
 TEST(Async, ACallWaitedOnAtOnceRunsOnTheWaitersThread) {
   tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "10000000");
   const auto start = std::chrono::steady_clock::now();
