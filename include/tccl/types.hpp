@@ -92,9 +92,10 @@ class Deadline {
   using Clock = std::chrono::steady_clock;
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   // A negative timeout, or one too long to represent as a time point, is never.
-  static Deadline after(std::chrono::milliseconds timeout) {
+  static Deadline after(std::chrono::milliseconds timeout) { return after(timeout, Clock::now()); }
+  // The same, counted from `now` (a clock the caller already read).
+  static Deadline after(std::chrono::milliseconds timeout, Clock::time_point now) {
     if (timeout.count() < 0) return never();
-    const auto now = Clock::now();
     const auto room =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
     if (timeout >= room) return never();

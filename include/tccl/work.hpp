@@ -18,6 +18,7 @@
 //   wait on the same communicator.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -68,11 +69,18 @@ class Work {
   void markStarted();
   // Records the outcome and runs the callbacks. Called exactly once.
   void complete(CallStats stats, std::exception_ptr error);
+  // The same, for a point-to-point operation: its sender and tag (a receive's) and when it
+  // ended, as the engine measured it (no second clock read).
+  void complete(CallStats stats, std::exception_ptr error, int source, int tag,
+                Clock::time_point ended);
+  // When the operation was issued (before it is handed to anyone: no lock).
+  void setStarted(Clock::time_point t) { started_ = t; }
   // A receive's sender and tag, recorded before complete().
   void setSource(int source, int tag);
   // Called by wait() before it sleeps: a point-to-point operation's waiter drives the
   // progress itself (no hand-off to another thread). It returns once the work is done
-  // or can do nothing more; it must not throw.
+  // or can do nothing more; it must not throw. Set before the Work is handed to anyone,
+  // once.
   void setDriver(std::function<void()> driver);
 
  private:
@@ -80,7 +88,9 @@ class Work {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  // Set under mu_ once the outcome is recorded and the callbacks ran; read without it by
+  // isCompleted() and wait()'s fast path (the outcome is written before it).
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::vector<Callback> callbacks_;
   CallStats stats_;

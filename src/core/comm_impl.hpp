@@ -269,7 +269,8 @@ struct Communicator::Impl {
   // Auto's all-reduce choice (TCCL_ALGO, else the cost model over this job's hosts).
   Algorithm chooseAllreduce(size_t bytes, std::string* why) const;
   std::optional<Algorithm> forcedAllreduce(std::string* why) const;
-  Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms) const;
+  Deadline deadlineFor(const std::optional<std::chrono::milliseconds>& perCall, int64_t* ms,
+                       Deadline::Clock::time_point now = Deadline::Clock::now()) const;
 
   // ---- failure protocol (heartbeat.cpp, failure_protocol.cpp) ---------------------------
   void startFailureWatch(const std::shared_ptr<HeartbeatHub>& hub = nullptr,
@@ -342,8 +343,12 @@ struct Communicator::Impl {
                 int tag) const;
   WorkPtr p2pWork(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
                   const CollectiveOptions& options);
+  // Checks a send's or receive's arguments and fills `op` from them (its deadline counted
+  // from `now`).
+  void prepareP2P(P2POp& op, bool isSend, const void* buf, size_t count, DataType dtype, int peer,
+                  int tag, const CollectiveOptions& o, Deadline::Clock::time_point now);
   P2PHandle makeP2P(bool isSend, const void* buf, size_t count, DataType dtype, int peer, int tag,
-                    const CollectiveOptions& o, P2PCompletion done);
+                    const CollectiveOptions& o);
   std::vector<int> agreeOnSurvivors(std::chrono::milliseconds wait);
 };
 

@@ -33,6 +33,8 @@ P2PRoom* Communicator::Impl::p2pRoomIfAny() {
 }
 
 P2PRoom& Communicator::Impl::p2pRoom() {
+  // Once made, the room lives as long as the communicator: no lock after the first call.
+  if (P2PRoom* room = p2pRoomIfAny()) return *room;
   std::lock_guard<std::mutex> lk(p2p.mu);
   if (!p2p.room) {
     P2PConfig c;
@@ -54,30 +56,38 @@ P2PRoom& Communicator::Impl::p2pRoom() {
   return *p2p.room;
 }
 
-P2PHandle Communicator::Impl::makeP2P(bool isSend, const void* buf, size_t count, DataType dtype,
-                                      int peer, int tag, const CollectiveOptions& o,
-                                      P2PCompletion done) {
+void Communicator::Impl::prepareP2P(P2POp& op, bool isSend, const void* buf, size_t count,
+                                    DataType dtype, int peer, int tag, const CollectiveOptions& o,
+                                    Deadline::Clock::time_point now) {
   checkUsable();
   checkP2P(isSend, buf, count, dtype, peer, tag);
-  int64_t ms = -1;
-  const Deadline d = deadlineFor(o.timeout, &ms);
-  const size_t bytes = count * dataTypeSize(dtype);
-  return isSend ? P2PEngine::makeSend(buf, bytes, peer, tag, d, ms, std::move(done))
-                : P2PEngine::makeRecv(const_cast<void*>(buf), bytes, peer, tag, d, ms,
-                                      std::move(done));
+  op.isSend = isSend;
+  op.buf = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
+  op.bytes = count * dataTypeSize(dtype);
+  op.peer = peer;
+  op.tag = tag;
+  op.deadline = deadlineFor(o.timeout, &op.timeoutMs, now);
+  op.posted = now;
+}
+
+P2PHandle Communicator::Impl::makeP2P(bool isSend, const void* buf, size_t count, DataType dtype,
+                                      int peer, int tag, const CollectiveOptions& o) {
+  auto op = std::make_shared<P2POp>();
+  prepareP2P(*op, isSend, buf, count, dtype, peer, tag, o, Deadline::Clock::now());
+  return op;
 }
 
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer, int tag,
                         const CollectiveOptions& options) {
   Impl& m = *impl_;
-  auto op = m.makeP2P(true, buf, count, dtype, peer, tag, options, {});
+  auto op = m.makeP2P(true, buf, count, dtype, peer, tag, options);
   if (m.p2pRoom().submit(op, true)) m.queue.last = op->result().stats;
 }
 
 RecvStatus Communicator::recv(void* buf, size_t count, DataType dtype, int source, int tag,
                               const CollectiveOptions& options) {
   Impl& m = *impl_;
-  auto op = m.makeP2P(false, buf, count, dtype, source, tag, options, {});
+  auto op = m.makeP2P(false, buf, count, dtype, source, tag, options);
   RecvStatus st;
   if (!m.p2pRoom().submit(op, true)) return st;  // in a group: known after groupEnd
   m.queue.last = op->result().stats;
@@ -87,31 +97,45 @@ RecvStatus Communicator::recv(void* buf, size_t count, DataType dtype, int sourc
   return st;
 }
 
+namespace {
+// An asynchronous send or receive: the Work and its operation in one allocation. The
+// operation's handle shares the Work's ownership (an aliasing pointer), so the engine
+// keeps both alive while it holds the operation, and the caller does through the Work.
+// Neither the completion nor the driver holds a pointer that owns (no cycle): each is
+// called by someone who holds the whole already.
+struct P2PWork final : Work, std::enable_shared_from_this<P2PWork> {
+  P2PWork(bool isSend, int rank) : Work(isSend ? "send" : "recv", -1, rank) {}
+  P2POp op;
+  std::weak_ptr<P2PEngine> engine;
+};
+}  // namespace
+
 WorkPtr Communicator::Impl::p2pWork(bool isSend, const void* buf, size_t count, DataType dtype,
                                     int peer, int tag, const CollectiveOptions& options) {
   Impl& m = *this;
-  auto work = std::make_shared<Work>(isSend ? "send" : "recv", -1, m.boot.rank);
-  P2PHandle op = m.makeP2P(isSend, buf, count, dtype, peer, tag, options,
-                           [work](const P2PResult& r, std::exception_ptr e) {
-                             work->setSource(r.source, r.tag);
-                             work->complete(r.stats, e);
-                           });
-  work->markStarted();
-  // Weak both ways: the op's completion holds the Work, so the Work's driver must not
-  // hold the op (a cycle that would outlive both), nor the engine.
-  std::weak_ptr<P2PEngine> engine = m.p2pRoom().engine();
-  std::weak_ptr<P2POp> weakOp = op;
-  work->setDriver([engine, weakOp] {
-    auto e = engine.lock();
-    auto o = weakOp.lock();
-    if (!e || !o) return;
+  auto work = std::make_shared<P2PWork>(isSend, m.boot.rank);
+  // One clock read at issue (the deadline, the op's and the Work's start) and one at
+  // completion (the engine's).
+  const auto now = Deadline::Clock::now();
+  m.prepareP2P(work->op, isSend, buf, count, dtype, peer, tag, options, now);
+  P2PWork* self = work.get();
+  work->op.onDone = [self](P2PResult&& r, std::exception_ptr e) {
+    self->complete(std::move(r.stats), std::move(e), r.source, r.tag, r.ended);
+  };
+  work->setStarted(now);
+  P2PRoom& room = m.p2pRoom();
+  work->engine = room.engine();
+  // Called by Work::wait() on a Work its caller holds: the op lives as long.
+  work->setDriver([self] {
+    auto e = self->engine.lock();
+    if (!e) return;
     try {
-      e->wait(o);
+      e->wait(P2PHandle(self->shared_from_this(), &self->op));
     } catch (...) {
       // wait() rethrows it from the Work
     }
   });
-  m.p2pRoom().submit(op, false);
+  room.submit(P2PHandle(work, &work->op), false);
   return work;
 }
 

@@ -12,12 +12,13 @@ P2PRoom::P2PRoom(Transport& t, P2PConfig config, std::function<std::string(int)>
 P2PRoom::~P2PRoom() = default;
 
 bool P2PRoom::inGroup() const {
+  if (depth_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
   return depth_ > 0 && owner_ == std::this_thread::get_id();
 }
 
 bool P2PRoom::submit(const P2PHandle& op, bool blocking) {
-  {
+  if (depth_.load(std::memory_order_relaxed) > 0) {
     std::lock_guard<std::mutex> lk(mu_);
     if (depth_ > 0 && owner_ == std::this_thread::get_id()) {
       ops_.push_back(op);
@@ -26,7 +27,8 @@ bool P2PRoom::submit(const P2PHandle& op, bool blocking) {
     }
   }
   if (blocking) {
-    engine_->postThenWait({op}, {op});
+    const std::span<const P2PHandle> one(&op, 1);
+    engine_->postThenWait(one, one);
   } else {
     engine_->post(op);
   }

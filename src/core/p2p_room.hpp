@@ -2,6 +2,7 @@
 // engine (exec/p2p.hpp), which runs on the transport's p2p lane.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,9 +68,12 @@ class P2PRoom {
   TransportP2PSource source_;
   std::shared_ptr<P2PEngine> engine_;
   // The open group: which thread opened it, how deep, and what it recorded.
+  // depth_ is written under mu_ and read without it first: only the thread that opens a
+  // group makes it nonzero for itself, so a thread that reads 0 has no group open and
+  // posts at once (no lock on the path of every call).
   mutable std::mutex mu_;
   std::thread::id owner_;
-  int depth_ = 0;
+  std::atomic<int> depth_{0};
   std::vector<P2PHandle> ops_;
   std::vector<P2PHandle> blocking_;
 };

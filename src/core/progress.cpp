@@ -218,11 +218,11 @@ void Communicator::Impl::runTask(std::pair<PreparedCall, WorkPtr>& task) {
 // ---- one call -------------------------------------------------------------------------
 
 Deadline Communicator::Impl::deadlineFor(const std::optional<std::chrono::milliseconds>& perCall,
-                                         int64_t* ms) const {
+                                         int64_t* ms, Deadline::Clock::time_point now) const {
   // Both are in [1 ms, config::kMaxTimeoutMs] (checked when given): always finite.
   const auto t = perCall.value_or(boot.timeout);
   *ms = t.count();
-  return Deadline::after(t);
+  return Deadline::after(t, now);
 }
 
 std::optional<Algorithm> Communicator::Impl::forcedAllreduce(std::string* why) const {

@@ -7,10 +7,7 @@ namespace tccl {
 Work::Work(std::string collective, int64_t seq, int rank)
     : collective_(std::move(collective)), seq_(seq), rank_(rank) {}
 
-bool Work::isCompleted() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return done_;
-}
+bool Work::isCompleted() const { return done_.load(std::memory_order_acquire); }
 
 std::exception_ptr Work::exception() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -39,15 +36,16 @@ void Work::setDriver(std::function<void()> driver) {
 }
 
 void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
-  std::function<void()> driver;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!done_ && !timeout) driver = driver_;
+  // driver_ is set before the Work is handed out and never changes after: called in
+  // place, not copied (a copy is an allocation per wait).
+  if (driver_ && !timeout && !isCompleted()) driver_();
+  if (isCompleted()) {  // error_ is written before done_, and never after
+    if (error_) std::rethrow_exception(error_);
+    return;
   }
-  if (driver) driver();
   std::unique_lock<std::mutex> lk(mu_);
   if (timeout) {
-    if (!cv_.wait_for(lk, *timeout, [&] { return done_; })) {
+    if (!cv_.wait_for(lk, *timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
       ErrorInfo info;
       info.kind = ErrorKind::Timeout;
       info.rank = rank_;
@@ -59,7 +57,7 @@ void Work::wait(std::optional<std::chrono::milliseconds> timeout) {
       throwError(std::move(info));
     }
   } else {
-    cv_.wait(lk, [&] { return done_; });
+    cv_.wait(lk, [&] { return done_.load(std::memory_order_relaxed); });
   }
   if (error_) std::rethrow_exception(error_);
 }
@@ -81,27 +79,38 @@ void Work::markStarted() {
 }
 
 void Work::complete(CallStats stats, std::exception_ptr error) {
+  complete(std::move(stats), std::move(error), source_, tag_, Clock::now());
+}
+
+void Work::complete(CallStats stats, std::exception_ptr error, int source, int tag,
+                    Clock::time_point ended) {
+  std::vector<Callback> callbacks;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stats_ = std::move(stats);
     error_ = error;
-    ended_ = Clock::now();
+    source_ = source;
+    tag_ = tag;
+    ended_ = ended;
     if (started_ == Clock::time_point{}) started_ = ended_;
+    if (callbacks_.empty()) {
+      done_ = true;
+    } else {
+      callbacks.swap(callbacks_);
+    }
   }
   // Run the callbacks before declaring the work done, so that wait() returns only
   // after they have run (a bucket's results are unpacked by its callback). Callbacks
   // registered while these run are picked up by the next round.
-  for (;;) {
-    std::vector<Callback> callbacks;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (callbacks_.empty()) {
-        done_ = true;
-        break;
-      }
+  while (!callbacks.empty()) {
+    for (auto& fn : callbacks) runCallback(fn, error);
+    callbacks.clear();
+    std::lock_guard<std::mutex> lk(mu_);
+    if (callbacks_.empty()) {
+      done_ = true;
+    } else {
       callbacks.swap(callbacks_);
     }
-    for (auto& fn : callbacks) runCallback(fn, error);
   }
   cv_.notify_all();
 }

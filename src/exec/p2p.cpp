@@ -110,6 +110,10 @@ void armTimer(int fd, std::chrono::microseconds after) {
   if (t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0) t.it_value.tv_nsec = 1000;
   ::timerfd_settime(fd, 0, &t, nullptr);
 }
+
+int64_t steadyNs(Deadline::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 }  // namespace
 
 void P2PEngine::wakeProgressLocked(bool now) {
@@ -129,6 +133,7 @@ void P2PEngine::wakeProgressLocked(bool now) {
   // work (just started, or just woken) sees graceArmed_ and sleeps until the timer.
   armTimer(graceFd_, std::chrono::microseconds(cfg_.graceMicros));
   graceArmed_ = true;
+  graceArmedNs_.store(steadyNs(Deadline::Clock::now()), std::memory_order_relaxed);
 }
 
 // The grace timer's wake-ups while a caller keeps driving (a window of waits, each ending
@@ -147,7 +152,23 @@ void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
     }
     const bool urgent = ::read(idleFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
     const bool fired = ::read(graceFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
-    if (urgent || !fired || !(driving_ || callersWaiting_ > 0)) {
+    const bool busy = driving_ || callersWaiting_ > 0;
+    if (fired && !urgent && !busy && cfg_.graceMicros > 0) {
+      // Nobody drives or waits, but a caller may still be posting: the grace counts from
+      // its last post, up to the grace plus the longer of the grace and kGraceBackoffMax
+      // from when the timer was armed (1.05 ms by default).
+      const int64_t now = steadyNs(Deadline::Clock::now());
+      const int64_t grace = int64_t{cfg_.graceMicros} * 1000;
+      const int64_t sincePost = now - lastPostNs_.load(std::memory_order_relaxed);
+      const int64_t sinceArm = now - graceArmedNs_.load(std::memory_order_relaxed);
+      const int64_t cap =
+          grace + std::max(grace, std::chrono::nanoseconds(kGraceBackoffMax).count());
+      if (sincePost < grace && sinceArm < cap) {
+        armTimer(graceFd_, std::chrono::microseconds((grace - sincePost) / 1000 + 1));
+        continue;
+      }
+    }
+    if (urgent || !fired || !busy) {
       lk.lock();
       progressIdle_ = false;
       if (fired) graceArmed_ = false;
@@ -170,13 +191,10 @@ void P2PEngine::ensureProgressThread() {
 
 // ---- posting ----------------------------------------------------------------------------
 
-void P2PEngine::post(const std::vector<P2PHandle>& ops) { postThenWait(ops, {}); }
-
 // A caller that will wait counts itself a waiter before it posts, so the progress thread
 // never starts driving operations the caller is about to drive itself (that hand-off
 // would cost a context switch per blocking send or receive).
-void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
-                             const std::vector<P2PHandle>& waitFor) {
+void P2PEngine::postThenWait(std::span<const P2PHandle> ops, std::span<const P2PHandle> waitFor) {
   std::vector<P2PHandle> completed;
   const bool waits = !waitFor.empty();
   bool kickDriver = false;
@@ -184,6 +202,7 @@ void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
     std::lock_guard<std::mutex> lk(mu_);
     if (waits) callersWaiting_++;
     for (const P2PHandle& op : ops) postLocked(op, completed);
+    if (!ops.empty()) lastPostNs_.store(steadyNs(ops.back()->posted), std::memory_order_relaxed);
     // What is not done at once progresses on the progress thread unless a caller waits.
     ensureProgressThread();
     if (!waits) {
@@ -207,7 +226,7 @@ void P2PEngine::postThenWait(const std::vector<P2PHandle>& ops,
 }
 
 void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed) {
-  op->posted = Deadline::Clock::now();
+  if (op->posted == Deadline::Clock::time_point{}) op->posted = Deadline::Clock::now();
   op->id = nextId_++;
   if (nextId_ == 0) nextId_ = 1;  // 0 means "refused" in a Cts
   all_.push_back(op);
@@ -240,9 +259,7 @@ void P2PEngine::postLocked(const P2PHandle& op, std::vector<P2PHandle>& complete
 
 // ---- waiting and driving ---------------------------------------------------------------
 
-void P2PEngine::wait(const P2PHandle& op) { waitAll({op}); }
-
-void P2PEngine::waitAll(const std::vector<P2PHandle>& ops) {
+void P2PEngine::waitAll(std::span<const P2PHandle> ops) {
   bool kickDriver = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -255,7 +272,7 @@ void P2PEngine::waitAll(const std::vector<P2PHandle>& ops) {
 
 // With this caller counted in callersWaiting_: drives until every op is done, then
 // counts itself out and rethrows the first error.
-void P2PEngine::finishWait(const std::vector<P2PHandle>& ops) {
+void P2PEngine::finishWait(std::span<const P2PHandle> ops) {
   auto allDone = [&] {
     return std::all_of(ops.begin(), ops.end(), [](const P2PHandle& o) { return o->done(); });
   };
@@ -428,7 +445,7 @@ void P2PEngine::runCompletions(std::vector<P2PHandle>& completed) {
   for (const P2PHandle& op : completed) {
     if (op->onDone) {
       try {
-        op->onDone(op->result_, op->error_);
+        op->onDone(std::move(op->result_), op->error_);
       } catch (const std::exception& e) {
         TCCL_WARN("a point-to-point completion callback threw: " << e.what());
       }
@@ -630,8 +647,8 @@ void P2PEngine::finish(const P2PHandle& op, std::vector<P2PHandle>& completed) {
   op->result_.stats.collective = op->isSend ? "send" : "recv";
   op->result_.stats.algorithm = "p2p";
   op->result_.stats.bytes = op->result_.bytes;
-  op->result_.stats.seconds =
-      std::chrono::duration<double>(Deadline::Clock::now() - op->posted).count();
+  op->result_.ended = Deadline::Clock::now();
+  op->result_.stats.seconds = std::chrono::duration<double>(op->result_.ended - op->posted).count();
   completed.push_back(op);
 }
 

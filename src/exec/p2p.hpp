@@ -45,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,12 +100,14 @@ struct P2PResult {
   int tag = -1;      // receive: its tag
   size_t bytes = 0;  // bytes sent or received
   CallStats stats;   // this operation's own counters (payload, wire, messages)
+  std::chrono::steady_clock::time_point ended{};  // when it completed (or failed)
 };
 
 struct P2POp;
 using P2PHandle = std::shared_ptr<P2POp>;
-// Called exactly once, on the completing thread, outside the engine's lock.
-using P2PCompletion = std::function<void(const P2PResult&, std::exception_ptr)>;
+// Called exactly once, on the completing thread, outside the engine's lock; the result
+// is the operation's own, handed over (P2POp::result() is empty after it).
+using P2PCompletion = std::function<void(P2PResult&&, std::exception_ptr)>;
 
 // One posted send or receive (opaque to callers but for the accessors).
 struct P2POp {
@@ -116,6 +119,8 @@ struct P2POp {
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = -1;
   P2PCompletion onDone;
+  // When it was issued: set by the caller (who read the clock for the deadline), else
+  // when posted.
   Deadline::Clock::time_point posted{};
 
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -155,15 +160,17 @@ class P2PEngine {
   static P2PHandle makeRecv(void* buf, size_t capacity, int source, int tag, Deadline deadline,
                             int64_t timeoutMs, P2PCompletion onDone = {});
   // Posts operations as one: none progresses before all are posted (a group).
-  void post(const std::vector<P2PHandle>& ops);
-  void post(const P2PHandle& op) { post(std::vector<P2PHandle>{op}); }
+  void post(std::span<const P2PHandle> ops) { postThenWait(ops, {}); }
+  void post(const P2PHandle& op) { post(std::span<const P2PHandle>(&op, 1)); }
+  void post(const std::vector<P2PHandle>& ops) { post(std::span<const P2PHandle>(ops)); }
   // Posts `ops` as one and drives progress until every op of `waitFor` completes
   // (rethrowing the first error); the progress thread stays out of it meanwhile.
-  void postThenWait(const std::vector<P2PHandle>& ops, const std::vector<P2PHandle>& waitFor);
+  void postThenWait(std::span<const P2PHandle> ops, std::span<const P2PHandle> waitFor);
   // Drives progress until `op` completes; rethrows its error.
-  void wait(const P2PHandle& op);
+  void wait(const P2PHandle& op) { waitAll(std::span<const P2PHandle>(&op, 1)); }
   // Drives progress until every op completes; rethrows the first error.
-  void waitAll(const std::vector<P2PHandle>& ops);
+  void waitAll(std::span<const P2PHandle> ops);
+  void waitAll(const std::vector<P2PHandle>& ops) { waitAll(std::span<const P2PHandle>(ops)); }
   // Fails every pending and later operation with Aborted (quoting cause), tells the
   // connected peers (an Abort on each p2p link) and ends the links. Idempotent.
   void abort(const ErrorInfo& cause);
@@ -219,7 +226,7 @@ class P2PEngine {
 
   // Everything below is guarded by mu_.
   void postLocked(const P2PHandle& op, std::vector<P2PHandle>& completed);
-  void finishWait(const std::vector<P2PHandle>& ops);
+  void finishWait(std::span<const P2PHandle> ops);
   bool drive(const std::function<bool()>& until, bool yieldToCallers);
   bool pumpAll(std::vector<P2PHandle>& completed);
   bool pumpTx(LinkState& ls, std::vector<P2PHandle>& completed);
@@ -278,6 +285,13 @@ class P2PEngine {
   std::chrono::microseconds graceBackoff_{0};
   // Written under mu_; read without it by the progress thread woken by its timer.
   std::atomic<bool> driving_{false};
+  // When the last operation was posted, and when graceFd_ was armed for work nobody
+  // drives (steady clock, ns): a timer that fires while a caller is still posting (a
+  // window of sendAsync / recvAsync) waits for the grace to pass since its last post,
+  // within a bound (sleepIdle), so that the progress thread does not take the engine's
+  // lock from a caller about to wait.
+  std::atomic<int64_t> lastPostNs_{0};
+  std::atomic<int64_t> graceArmedNs_{0};
   bool progressIdle_ = false;  // the progress thread sleeps in sleepIdle()
   int driverWaiters_ = 0;      // callers sleeping on driverCv_
   std::atomic<int> callersWaiting_{0};

@@ -454,6 +454,58 @@ TEST(P2P, AReceiveNobodyWaitsOnProgressesOnceTheGraceEnds) {
   EXPECT_EQ(firstWrong(in, 0, 1, 5), -1);
 }
 
+// A caller that keeps posting (a window of irecv / isend) keeps the progress thread out:
+// the grace counts from its last post, so a receive nobody waits on is taken up only
+// once the posts stop for a grace or the bound (the grace plus the longer of the grace
+// and 1 ms from the first post) is reached, here 400 ms with a grace of 200 ms.
+TEST(P2P, TheGraceCountsFromTheLastPost) {
+  P2PConfig c;
+  c.graceMicros = 200'000;  // 200 ms
+  World w(2, 0, 64 * 1024, c);
+  // Rank 1 posts a receive whose message only the progress thread can move (it is sent
+  // after the post, and a post reads nothing the driver did not poll for).
+  std::vector<uint8_t> prime = message(0, 1, 5, 100), primeIn(100);
+  auto p0 = P2PEngine::makeSend(prime.data(), prime.size(), 1, 5, soon(), 20000);
+  auto p1 = P2PEngine::makeRecv(primeIn.data(), primeIn.size(), 0, 5, soon(), 20000);
+  w.engines[0]->post(p0);
+  w.engines[1]->post(p1);
+  w.engines[1]->wait(p1);  // the link has been read to the end: it is drained
+  w.engines[0]->wait(p0);
+  std::vector<uint8_t> out = message(0, 1, 6, 1000), in(1000);
+  std::atomic<bool> done{false};
+  auto v = P2PEngine::makeRecv(in.data(), in.size(), 0, 6, soon(), 20000,
+                               [&](const P2PResult&, std::exception_ptr) { done = true; });
+  const auto posted = std::chrono::steady_clock::now();
+  w.engines[1]->post(v);
+  auto s = P2PEngine::makeSend(out.data(), out.size(), 1, 6, soon(), 20000);
+  w.engines[0]->post(s);
+  w.engines[0]->wait(s);
+  // Rank 1 goes on posting receives of another tag every 50 ms for 350 ms.
+  std::vector<uint8_t> spare(8 * 8);
+  std::vector<P2PHandle> others;
+  for (int i = 0; i < 7 && !done; ++i) {
+    std::this_thread::sleep_for(50ms);
+    others.push_back(P2PEngine::makeRecv(spare.data() + 8 * i, 8, 0, 100 + i, soon(), 20000));
+    w.engines[1]->post(others.back());
+  }
+  const auto until = posted + 10s;
+  while (!done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  const auto tookMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - posted)
+                          .count();
+  EXPECT_TRUE(done.load());
+  EXPECT_GE(tookMs, 350) << "the progress thread took the receive up while posts went on";
+  EXPECT_EQ(firstWrong(in, 0, 1, 6), -1);
+  // The spare receives are matched by sends now, so the engines end with nothing pending.
+  for (int i = 0; i < static_cast<int>(others.size()); ++i) {
+    uint64_t x = 0;
+    auto t = P2PEngine::makeSend(&x, 8, 1, 100 + i, soon(), 20000);
+    w.engines[0]->post(t);
+    w.engines[0]->wait(t);
+    w.engines[1]->wait(others[static_cast<size_t>(i)]);
+  }
+}
+
 TEST(P2P, ClosedPeerFailsItsReceives) {
   World w(2, 0, 64 * 1024);
   w.sources[1].links_[0]->shutdownWrite();
