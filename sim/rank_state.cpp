@@ -12,6 +12,7 @@ void RankState::load() {
   a.segElems = cfg_.segElems;
   a.algorithm = cfg_.algorithm;
   a.hosts = cfg_.layout;
+  a.elemSize = cfg_.elemSize;
   const algo::Schedule s = algo::build(a).schedule;
   ops_.resize(s.ops.size());
   std::vector<int32_t> chanOfPeer(static_cast<size_t>(a.n), -1);

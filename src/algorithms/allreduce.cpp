@@ -19,10 +19,10 @@ const std::vector<Algorithm>& allreduceAlgorithms() {
 }
 
 Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems,
-                           const HostLayout* hosts) {
+                           const HostLayout* hosts, size_t elemSize) {
   switch (a) {
     case Algorithm::Ring:
-      return ringAllreduce(rank, n, count, segElems);
+      return ringAllreduce(rank, n, count, segElems, elemSize);
     case Algorithm::Naive:
       return naiveAllreduce(rank, n, count, segElems);
     case Algorithm::Tree:

@@ -20,8 +20,9 @@ const std::vector<Algorithm>& allreduceAlgorithms();
 // the hierarchical algorithm only; without it every rank counts as its own host (the
 // hierarchical schedule is then the ring's). Throws InvalidArgumentError when hosts
 // does not describe n ranks.
+// elemSize: bytes per element (0: unknown), for the two-rank ring's order (ringAllreduce).
 Schedule allreduceSchedule(Algorithm a, int rank, int n, size_t count, size_t segElems,
-                           const HostLayout* hosts = nullptr);
+                           const HostLayout* hosts = nullptr, size_t elemSize = 0);
 
 // True if the algorithm keeps reading its input after it has started writing its
 // output (so an in-place call needs a copy of the input first).

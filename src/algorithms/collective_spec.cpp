@@ -65,7 +65,7 @@ double othersFactor(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 0; 
 BuiltSchedule buildAllreduce(const BuildArgs& a) {
   const Algorithm algo = pick(a);
   BuiltSchedule b;
-  b.schedule = allreduceSchedule(algo, a.rank, a.n, a.count, a.segElems, a.hosts);
+  b.schedule = allreduceSchedule(algo, a.rank, a.n, a.count, a.segElems, a.hosts, a.elemSize);
   if (a.n == 1) copyLocal(b.schedule, 0, a.count, /*finalize=*/true);
   b.needsInputCopy = a.inPlace && a.n > 1 && a.count > 0 && allreduceReadsInputLate(algo);
   return b;
@@ -544,7 +544,7 @@ std::optional<Algorithm> resolveAtIssue(Collective c, Algorithm requested, int n
 bool sameBuild(const BuildArgs& a, const BuildArgs& b) {
   return a.collective == b.collective && a.rank == b.rank && a.n == b.n && a.root == b.root &&
          a.count == b.count && a.segElems == b.segElems && a.algorithm == b.algorithm &&
-         a.hosts == b.hosts && a.inPlace == b.inPlace && a.v == b.v;
+         a.hosts == b.hosts && a.inPlace == b.inPlace && a.v == b.v && a.elemSize == b.elemSize;
 }
 
 BuiltSchedule build(const BuildArgs& a) {

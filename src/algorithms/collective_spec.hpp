@@ -100,6 +100,9 @@ struct BuildArgs {  // sameBuild() below compares every field: a new one goes th
   Algorithm algorithm = Algorithm::Auto;
   const HostLayout* hosts = nullptr;  // the hierarchical all-reduce's hosts (null: one each)
   bool inPlace = false;               // classify() said InPlace
+  // Bytes per element (0: unknown; the schedule is then the one for large data). Only
+  // the two-rank ring all-reduce's order depends on it (ringAllreduce).
+  size_t elemSize = 0;
   // The uneven collectives' counts (null for the others). `count` is then this rank's
   // own: allgatherv, gatherv its send count, scatterv its receive count,
   // reduce_scatter_v recvCounts[rank], alltoallv the sum of its send counts.

@@ -179,7 +179,7 @@ Schedule naiveAllreduce(int rank, int n, size_t count, size_t segElems) {
   return s;
 }
 
-Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems) {
+Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems, size_t elemSize) {
   Schedule s;
   s.algorithm = "ring";
   const uint32_t steps = n > 1 ? static_cast<uint32_t>(n - 1) : 0;
@@ -241,12 +241,14 @@ Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems) {
     emitStep(steps + st, ring::agSendChunk(rank, n, sst), ring::agRecvChunk(rank, n, sst), false,
              false, BufferId::Output);
   }
-  // Two ranks: segment k's reduce-scatter, then its all-gather, then segment k+1's.
-  // Each reduced segment leaves while still in the cache (it waits only for the
-  // peer's first segment, not for this rank's whole first step): 9% faster at 64 MiB
-  // here. With more ranks, the step-by-step order measured as fast or faster
-  // (docs/PERFORMANCE.md).
-  if (n == 2) orderByWave(s, segmentOf);
+  // Two ranks and large data: segment k's reduce-scatter, then its all-gather, then
+  // segment k+1's. Each reduced segment leaves while still in the cache (it waits only
+  // for the peer's first segment, not for this rank's whole first step): 9% faster at
+  // 64 MiB here. Below kRingWaveMinBytes the step order is faster (every reduce-scatter
+  // send leaves at once, where the wave order holds segment k+1's behind segment k's
+  // round trip: 12-24 % at 1 to 16 MiB, docs/PERFORMANCE.md); with more ranks, the
+  // step-by-step order measured as fast or faster.
+  if (n == 2 && (elemSize == 0 || count * elemSize >= kRingWaveMinBytes)) orderByWave(s, segmentOf);
   collectPeers(s);
   return s;
 }

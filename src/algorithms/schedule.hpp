@@ -108,9 +108,11 @@ void orderByWave(Schedule& s, const std::vector<uint32_t>& wave);
 // chunk cut into segments of segElems elements that flow around the ring
 // independently (segment k of step s+1 is sent as soon as segment k of step s has
 // been received and reduced). Messages go step by step (all of step s's segments,
-// then step s+1's), except at n = 2, where segment k's all-gather send follows its
+// then step s+1's), except at n = 2 with at least kRingWaveMinBytes of data (or an
+// unknown element size, elemSize 0), where segment k's all-gather send follows its
 // reduce-scatter send (docs/algorithms.md, "Ring: message order").
-Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems);
+inline constexpr size_t kRingWaveMinBytes = size_t{32} << 20;
+Schedule ringAllreduce(int rank, int n, size_t count, size_t segElems, size_t elemSize = 0);
 
 // Naive all-reduce: every rank sends its whole input to every other rank and reduces
 // locally, in rank order (x0 op x1 op ... op x(n-1)), so that every rank computes

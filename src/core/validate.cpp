@@ -66,6 +66,7 @@ algo::BuildArgs Communicator::Impl::argsOf(const PreparedCall& call) const {
   a.count = call.count;
   a.algorithm = call.algorithm;
   a.v = call.v.get();
+  a.elemSize = dataTypeSize(call.dtype);
   return a;
 }
 

@@ -402,6 +402,58 @@ TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
   EXPECT_EQ(s.ops[2].buffer, BufferId::Output);
 }
 
+// Below kRingWaveMinBytes (the element size known) the two-rank ring goes step by step,
+// as with more ranks: every reduce-scatter send first, then the all-gather. At the
+// threshold, and with the element size unknown, it interleaves as above. The ring's
+// structure checks hold for both orders, over a grid of counts and segments.
+TEST(Schedule, RingOfTwoGoesStepByStepBelowTheWaveThreshold) {
+  const Schedule small = ringAllreduce(0, 2, 7, 2, /*elemSize=*/4);
+  struct Want {
+    OpType type;
+    uint32_t step;
+    Range range;
+  };
+  const std::vector<Want> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
+                                  {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
+                                  {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
+                                  {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
+  ASSERT_EQ(small.ops.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("op " + std::to_string(i));
+    EXPECT_EQ(small.ops[i].type, want[i].type);
+    EXPECT_EQ(small.ops[i].step, want[i].step);
+    EXPECT_EQ(small.ops[i].range, want[i].range);
+  }
+  EXPECT_EQ(small.ops[4].dependsOn, 1);  // the all-gather send forwards the reduced segment
+  EXPECT_EQ(small.ops[6].dependsOn, 3);
+  // The threshold, in bytes: one element short of it is step by step, at it the wave.
+  const size_t elems = kRingWaveMinBytes / 4;
+  const size_t seg = elems / 8;
+  auto firstAllGatherSend = [](const Schedule& s) {
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      if (s.ops[i].type == OpType::Send && s.ops[i].step == 1) return i;
+    }
+    return s.ops.size();
+  };
+  EXPECT_EQ(firstAllGatherSend(ringAllreduce(0, 2, elems - 1, seg, 4)), 8u);  // after 4 + 4
+  EXPECT_EQ(firstAllGatherSend(ringAllreduce(0, 2, elems, seg, 4)), 2u);
+  EXPECT_EQ(firstAllGatherSend(ringAllreduce(0, 2, elems - 1, seg, 0)), 2u);
+  // Both orders are valid rings over the grid.
+  for (size_t elemSize : {size_t{0}, size_t{1}}) {
+    for (size_t count : countGrid(2, 100003, 1003)) {
+      for (size_t sg : kSegGrid) {
+        if (segmentCount(count, sg) > kMaxSegments) continue;
+        SCOPED_TRACE(label("ring", 2, count, sg) + " elemSize " + std::to_string(elemSize));
+        std::vector<Schedule> all;
+        for (int r = 0; r < 2; ++r) all.push_back(ringAllreduce(r, 2, count, sg, elemSize));
+        checkCommon(all, 2, count, true);
+        checkRing(all, 2, count, sg);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(Schedule, OrderByWaveIsStableAndRenumbersDependencies) {
   Schedule s;
   addSend(s, 1, 0, {0, 1}, BufferId::Input);                        // 0, wave 1
