@@ -375,20 +375,14 @@ TEST(Schedule, RingKnownShape) {
   EXPECT_EQ(s.peers, (std::vector<int>{0, 2}));
 }
 
-TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
-  // n = 2, 7 elements (chunks [0,4) [4,7)) in segments of 2, rank 0: per segment k, the
-  // reduce-scatter send and receive, then the all-gather send of the segment just
-  // reduced and its receive; chunk 0 has one segment more than chunk 1.
-  const Schedule s = ringAllreduce(0, 2, 7, 2);
-  struct Want {
-    OpType type;
-    uint32_t step;
-    Range range;
-  };
-  const std::vector<Want> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
-                                  {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
-                                  {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
-                                  {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
+// An op's type, step and range, as a known-shape test expects them in order.
+struct WantOp {
+  OpType type;
+  uint32_t step;
+  Range range;
+};
+
+void expectOps(const Schedule& s, const std::vector<WantOp>& want) {
   ASSERT_EQ(s.ops.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE("op " + std::to_string(i));
@@ -396,6 +390,18 @@ TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
     EXPECT_EQ(s.ops[i].step, want[i].step);
     EXPECT_EQ(s.ops[i].range, want[i].range);
   }
+}
+
+TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
+  // n = 2, 7 elements (chunks [0,4) [4,7)) in segments of 2, rank 0: per segment k, the
+  // reduce-scatter send and receive, then the all-gather send of the segment just
+  // reduced and its receive; chunk 0 has one segment more than chunk 1.
+  const Schedule s = ringAllreduce(0, 2, 7, 2);
+  const std::vector<WantOp> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
+                                    {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
+                                    {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
+                                    {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
+  expectOps(s, want);
   // Each all-gather send forwards the receive just before it, renumbered.
   EXPECT_EQ(s.ops[2].dependsOn, 1);
   EXPECT_EQ(s.ops[6].dependsOn, 5);
@@ -408,22 +414,11 @@ TEST(Schedule, RingOfTwoInterleavesEachSegmentsReduceScatterAndAllGather) {
 // structure checks hold for both orders, over a grid of counts and segments.
 TEST(Schedule, RingOfTwoGoesStepByStepBelowTheWaveThreshold) {
   const Schedule small = ringAllreduce(0, 2, 7, 2, /*elemSize=*/4);
-  struct Want {
-    OpType type;
-    uint32_t step;
-    Range range;
-  };
-  const std::vector<Want> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
-                                  {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
-                                  {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
-                                  {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
-  ASSERT_EQ(small.ops.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    SCOPED_TRACE("op " + std::to_string(i));
-    EXPECT_EQ(small.ops[i].type, want[i].type);
-    EXPECT_EQ(small.ops[i].step, want[i].step);
-    EXPECT_EQ(small.ops[i].range, want[i].range);
-  }
+  const std::vector<WantOp> want = {{OpType::Send, 0, {0, 2}}, {OpType::Recv, 0, {4, 2}},
+                                    {OpType::Send, 0, {2, 2}}, {OpType::Recv, 0, {6, 1}},
+                                    {OpType::Send, 1, {4, 2}}, {OpType::Recv, 1, {0, 2}},
+                                    {OpType::Send, 1, {6, 1}}, {OpType::Recv, 1, {2, 2}}};
+  expectOps(small, want);
   EXPECT_EQ(small.ops[4].dependsOn, 1);  // the all-gather send forwards the reduced segment
   EXPECT_EQ(small.ops[6].dependsOn, 3);
   // The threshold, in bytes: one element short of it is step by step, at it the wave.
