@@ -75,8 +75,6 @@ class Work {
                 Clock::time_point ended);
   // When the operation was issued (before it is handed to anyone: no lock).
   void setStarted(Clock::time_point t) { started_ = t; }
-  // A receive's sender and tag, recorded before complete().
-  void setSource(int source, int tag);
   // Called by wait() before it sleeps: a point-to-point operation's waiter drives the
   // progress itself (no hand-off to another thread). It returns once the work is done
   // or can do nothing more; it must not throw. Set before the Work is handed to anyone,

@@ -61,12 +61,9 @@ void Communicator::Impl::prepareP2P(P2POp& op, bool isSend, const void* buf, siz
                                     Deadline::Clock::time_point now) {
   checkUsable();
   checkP2P(isSend, buf, count, dtype, peer, tag);
-  op.isSend = isSend;
-  op.buf = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
-  op.bytes = count * dataTypeSize(dtype);
-  op.peer = peer;
-  op.tag = tag;
-  op.deadline = deadlineFor(o.timeout, &op.timeoutMs, now);
+  int64_t ms = -1;
+  const Deadline d = deadlineFor(o.timeout, &ms, now);
+  P2PEngine::fill(op, isSend, buf, count * dataTypeSize(dtype), peer, tag, d, ms);
   op.posted = now;
 }
 

@@ -24,12 +24,6 @@ int Work::tag() const {
   return tag_;
 }
 
-void Work::setSource(int source, int tag) {
-  std::lock_guard<std::mutex> lk(mu_);
-  source_ = source;
-  tag_ = tag;
-}
-
 void Work::setDriver(std::function<void()> driver) {
   std::lock_guard<std::mutex> lk(mu_);
   driver_ = std::move(driver);
@@ -79,7 +73,7 @@ void Work::markStarted() {
 }
 
 void Work::complete(CallStats stats, std::exception_ptr error) {
-  complete(std::move(stats), std::move(error), source_, tag_, Clock::now());
+  complete(std::move(stats), std::move(error), -1, -1, Clock::now());
 }
 
 void Work::complete(CallStats stats, std::exception_ptr error, int source, int tag,

@@ -60,24 +60,30 @@ P2PEngine::~P2PEngine() {
   ::close(graceFd_);
 }
 
+void P2PEngine::fill(P2POp& op, bool isSend, const void* buf, size_t bytes, int peer, int tag,
+                     Deadline deadline, int64_t timeoutMs) {
+  op.isSend = isSend;
+  op.buf = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
+  op.bytes = bytes;
+  op.peer = peer;
+  op.tag = tag;
+  op.deadline = deadline;
+  op.timeoutMs = timeoutMs;
+}
+
 P2PHandle P2PEngine::makeSend(const void* buf, size_t bytes, int peer, int tag, Deadline deadline,
                               int64_t timeoutMs, P2PCompletion onDone) {
   auto op = std::make_shared<P2POp>();
-  op->isSend = true;
-  op->buf = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
-  op->bytes = bytes;
-  op->peer = peer;
-  op->tag = tag;
-  op->deadline = deadline;
-  op->timeoutMs = timeoutMs;
+  fill(*op, true, buf, bytes, peer, tag, deadline, timeoutMs);
   op->onDone = std::move(onDone);
   return op;
 }
 
 P2PHandle P2PEngine::makeRecv(void* buf, size_t capacity, int source, int tag, Deadline deadline,
                               int64_t timeoutMs, P2PCompletion onDone) {
-  auto op = makeSend(buf, capacity, source, tag, deadline, timeoutMs, std::move(onDone));
-  op->isSend = false;
+  auto op = std::make_shared<P2POp>();
+  fill(*op, false, buf, capacity, source, tag, deadline, timeoutMs);
+  op->onDone = std::move(onDone);
   return op;
 }
 

@@ -155,6 +155,10 @@ class P2PEngine {
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
 
+  // Fills a send's (isSend) or receive's fields: for a receive, peer is the source (or
+  // kAnySource) and bytes the capacity.
+  static void fill(P2POp& op, bool isSend, const void* buf, size_t bytes, int peer, int tag,
+                   Deadline deadline, int64_t timeoutMs);
   static P2PHandle makeSend(const void* buf, size_t bytes, int peer, int tag, Deadline deadline,
                             int64_t timeoutMs, P2PCompletion onDone = {});
   static P2PHandle makeRecv(void* buf, size_t capacity, int source, int tag, Deadline deadline,
