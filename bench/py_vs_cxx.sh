@@ -17,9 +17,10 @@ one() {  # label build impl world size iters warmup
   fi
   echo "$label $w $s $r"
 }
+SIZES=${SIZES:-8 67108864}  # e.g. SIZES=8: the 8-byte rows only
 for rep in 1 2 3; do
   for w in 2 4 8; do
-    for s in 8 67108864; do
+    for s in $SIZES; do
       if [ $s = 8 ]; then it=3000; wu=300; else it=20; wu=5; fi
       one cxx $NEW cxx $w $s $it $wu
       one torch-tccl-new $NEW torch-tccl $w $s $it $wu

@@ -343,58 +343,40 @@ thread_local InlineCompletion tInline;
 // waiter's: above) unpacks scratch results, then hands the future's completion to the
 // Completer (or to the waiter); tccl counts the work completed only after its callbacks
 // have run, so isCompleted() and wait() see the unpacked results.
+//
+// The future is made when somebody asks for it (getFuture: DDP's reducer does, a blocking
+// dist.all_reduce does not): a future, its type and its completion cost about 0.5 us of
+// a 4 us torch call (docs/PERFORMANCE.md, "Through torch: the lazy grace timer and the
+// lazy future"). One asked for after the work ended is made complete.
 class TcclWork final : public c10d::Work {
  public:
   TcclWork(int rank, c10d::OpType type, tccl::WorkPtr work, std::vector<at::Tensor> outputs,
            std::vector<at::Tensor> keepAlive, std::function<void()> unpackResults,
            std::shared_ptr<Completer> completer)
-      : c10d::Work(rank, type),
-        work_(std::move(work)),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))),
-        unpackError_(std::make_shared<UnpackError>()) {
+      : c10d::Work(rank, type), work_(std::move(work)), state_(std::make_shared<State>()) {
+    state_->work = work_.get();
+    state_->outputs = std::move(outputs);
+    state_->keepAlive = std::move(keepAlive);
+    state_->unpack = std::move(unpackResults);
+    state_->completer = std::move(completer);
     // The callback holds every tensor the collective touches (tccl keeps it until it has
-    // run), and never this Work: the c10d Work may be dropped before the collective ends.
-    tccl::Work* raw = work_.get();
-    work_->onComplete([raw, future = future_, outputs = outputs_, keepAlive = std::move(keepAlive),
-                       unpack = std::move(unpackResults), unpackError = unpackError_,
-                       completer = std::move(completer)](const tccl::Error* error) {
-      std::exception_ptr e;
-      if (error) {
-        e = torchFacing(raw->exception());
-      } else if (unpack) {
-        try {
-          unpack();
-        } catch (...) {
-          e = std::current_exception();
-          std::lock_guard<std::mutex> lk(unpackError->mu);
-          unpackError->error = e;
-        }
-      }
-      auto complete = [future, outputs, e] {
-        if (e)
-          future->setError(e);
-        else
-          future->markCompleted(c10::IValue(outputs));
-      };
-      if (tInline.work == raw)
-        tInline.complete = std::move(complete);
-      else
-        completer->post(std::move(complete));
-    });
+    // run; they are in the state), and never this Work or work_: the c10d Work may be dropped
+    // before the collective ends. One shared pointer: std::function keeps it inline.
+    work_->onComplete(
+        [state = state_](const tccl::Error* error) { State::completed(state, error); });
   }
 
   bool isCompleted() override { return work_->isCompleted(); }
   bool isSuccess() const override { return work_->isCompleted() && !exception(); }
   std::exception_ptr exception() const override {
     if (auto e = work_->exception()) return torchFacing(e);
-    std::lock_guard<std::mutex> lk(unpackError_->mu);
-    return unpackError_->error;
+    std::lock_guard<std::mutex> lk(state_->mu);
+    return state_->unpackError;
   }
-  std::vector<at::Tensor> result() override { return outputs_; }
+  std::vector<at::Tensor> result() override { return state_->outputs; }
   void synchronize() override {}
   bool wait(std::chrono::milliseconds timeout) override {
+    tccl::Work& work = *work_;
     try {
       if (timeout == kNoTimeout) {
         // Runs the future's completion if the callback left it here, errors included.
@@ -405,10 +387,10 @@ class TcclWork final : public c10d::Work {
             // Nothing else completes this future (the callback left it here instead).
             if (auto fn = std::exchange(tInline.complete, nullptr)) fn();
           }
-        } scope(work_.get());
-        work_->wait();
+        } scope(&work);
+        work.wait();
       } else {
-        work_->wait(timeout);
+        work.wait(timeout);
       }
     } catch (const tccl::Error&) {
       std::rethrow_exception(torchFacing(std::current_exception()));
@@ -416,19 +398,75 @@ class TcclWork final : public c10d::Work {
     if (auto e = exception()) std::rethrow_exception(e);
     return true;
   }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    State& st = *state_;
+    std::unique_lock<std::mutex> lk(st.mu);
+    if (st.future) return st.future;
+    st.future =
+        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    auto future = st.future;
+    if (!st.ended) return future;  // the callback completes it
+    const std::exception_ptr e = st.futureError;
+    lk.unlock();
+    State::finish(future, st.outputs, e);
+    return future;
+  }
   // A receive from any source: who sent it (torch's recv() returns this).
   int sourceRank() const override { return work_->source(); }
 
  private:
-  struct UnpackError {
-    std::mutex mu;
-    std::exception_ptr error;
+  struct State {
+    const tccl::Work* work = nullptr;  // work_, which holds the callback that holds this
+    std::vector<at::Tensor> outputs;
+    std::vector<at::Tensor> keepAlive;
+    std::function<void()> unpack;
+    std::shared_ptr<Completer> completer;
+    mutable std::mutex mu;  // guards the rest
+    std::exception_ptr unpackError;
+    std::exception_ptr futureError;  // the future's: tccl's error or the unpacking's
+    bool ended = false;              // the callback has run
+    c10::intrusive_ptr<c10::ivalue::Future> future;  // made by getFuture
+
+    static void finish(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                       const std::vector<at::Tensor>& outputs, const std::exception_ptr& e) {
+      if (e)
+        future->setError(e);
+      else
+        future->markCompleted(c10::IValue(outputs));
+    }
+
+    // tccl's completion callback: on the progress thread, or on the waiter's.
+    static void completed(const std::shared_ptr<State>& st, const tccl::Error* error) {
+      std::exception_ptr e;
+      bool unpackFailed = false;
+      if (error) {
+        e = torchFacing(st->work->exception());
+      } else if (st->unpack) {
+        try {
+          st->unpack();
+        } catch (...) {
+          e = std::current_exception();
+          unpackFailed = true;
+        }
+      }
+      c10::intrusive_ptr<c10::ivalue::Future> future;
+      {
+        std::lock_guard<std::mutex> lk(st->mu);
+        if (unpackFailed) st->unpackError = e;
+        st->futureError = e;
+        st->ended = true;
+        future = st->future;
+      }
+      if (!future) return;  // nobody asked for one: getFuture makes it complete
+      auto complete = [future = std::move(future), st, e] { finish(future, st->outputs, e); };
+      if (tInline.work == st->work)
+        tInline.complete = std::move(complete);
+      else
+        st->completer->post(std::move(complete));
+    }
   };
   tccl::WorkPtr work_;
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::shared_ptr<UnpackError> unpackError_;
+  std::shared_ptr<State> state_;
 };
 
 // A Work that ran in the calling thread: complete, and successful, when it is made.

@@ -175,16 +175,26 @@ struct Communicator::Impl {
     Queue& operator=(const Queue&) = delete;
     std::mutex issueMu;
     // The progress thread sleeps in poll(2) on both: wakeFd (an eventfd) says "look
-    // again" (a call to run, the end); graceFd (a timerfd) is armed to graceUntil by a
-    // call issued to an idle queue and disarmed when its waiter runs it, so that a call
-    // waited on at once wakes no thread at all.
+    // again" (a call to run, the end); graceFd (a timerfd) wakes it when a call issued to
+    // an idle queue may be its own (graceUntil), so that a call waited on at once wakes no
+    // thread at all. The timer is lazy: a waiter that runs its call leaves it armed, and a
+    // call issued while it is armed does not touch it (each timerfd_settime cost about
+    // 1.5 us of a 9 us torch call here: docs/PERFORMANCE.md, "Through torch: the lazy
+    // grace timer and the lazy future"); the progress thread, when it fires early, arms it
+    // again for the front call's graceUntil.
     int wakeFd = -1;
     int graceFd = -1;
     void wake() const;
-    void armGrace(std::chrono::steady_clock::time_point until) const;  // {}: disarm
+    void armGrace(std::chrono::steady_clock::time_point until);  // sets armedFor
+    // What graceFd is armed for; {} once the progress thread has read its expiry (or
+    // before the first arming): only then does anyone arm it again.
+    std::chrono::steady_clock::time_point armedFor{};
     std::deque<std::pair<PreparedCall, WorkPtr>> pending;
     int64_t seq = 0;    // the next collective's number
     bool busy = false;  // a call runs: on the progress thread, or on a waiter's (runQueued)
+    // The progress thread is in (or on its way to) poll: only then does a call need to
+    // write wakeFd. Otherwise it looks at the queue again before it sleeps.
+    bool progressAsleep = false;
     bool stopping = false;
     // A call issued to an idle queue is the progress thread's only after this: until
     // then its waiter may run it (runQueued). Cleared when the front call is taken.

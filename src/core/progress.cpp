@@ -66,17 +66,16 @@ void Communicator::Impl::Queue::wake() const {
   [[maybe_unused]] const ssize_t n = ::write(wakeFd, &one, sizeof one);
 }
 
-void Communicator::Impl::Queue::armGrace(std::chrono::steady_clock::time_point until) const {
+void Communicator::Impl::Queue::armGrace(std::chrono::steady_clock::time_point until) {
+  // steady_clock is CLOCK_MONOTONIC: an absolute expiry (a past one fires at once).
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
   itimerspec t{};
-  if (until != std::chrono::steady_clock::time_point{}) {
-    // steady_clock is CLOCK_MONOTONIC: an absolute expiry (a past one fires at once).
-    const auto ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
-    t.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
-    t.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
-    if (t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0) t.it_value.tv_nsec = 1;
-  }
+  t.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+  t.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+  if (t.it_value.tv_sec == 0 && t.it_value.tv_nsec == 0) t.it_value.tv_nsec = 1;
   ::timerfd_settime(graceFd, TFD_TIMER_ABSTIME, &t, nullptr);
+  armedFor = until;
 }
 
 WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
@@ -115,7 +114,9 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
   const bool idle = q.pending.empty() && !q.busy;
   if (idle) {
     q.graceUntil = std::chrono::steady_clock::now() + q.grace;
-    q.armGrace(q.graceUntil);
+    // Armed already: for an earlier graceUntil, so it fires first and the progress thread
+    // arms it again for this one.
+    if (q.armedFor == std::chrono::steady_clock::time_point{}) q.armGrace(q.graceUntil);
   }
   q.pending.emplace_back(std::move(call), work);
   if (!q.progressRunning) {
@@ -124,8 +125,11 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     q.progress = std::thread([&m] { m.progressLoop(); });
     q.progressRunning = true;
   }
+  // An idle queue's call: the grace timer wakes the thread if need be. Behind others: a
+  // thread that runs one looks again before it sleeps.
+  const bool wake = !idle && q.progressAsleep;
   issueLock.unlock();
-  if (!idle) q.wake();  // an idle queue's call: the grace timer wakes the thread if need be
+  if (wake) q.wake();
   if (async) return work;
   // Asynchronous work is queued ahead of this blocking call: wait for its turn.
   work->wait();
@@ -153,6 +157,14 @@ void Communicator::Impl::progressLoop() {
           return;
         }
         if (queue.busy || !queue.pending.empty()) idleSince = now;
+        // A call in its grace and a timer that fired before it (armed for an earlier call,
+        // which its waiter ran): arm it for this one.
+        const auto never = std::chrono::steady_clock::time_point{};
+        if (!queue.busy && !queue.pending.empty() && queue.graceUntil != never &&
+            queue.armedFor == never) {
+          queue.armGrace(queue.graceUntil);
+        }
+        queue.progressAsleep = true;
         lk.unlock();
         // Until a wake-up, the grace timer, or the end of the linger.
         pollfd fds[2] = {{queue.wakeFd, POLLIN, 0}, {queue.graceFd, POLLIN, 0}};
@@ -161,7 +173,11 @@ void Communicator::Impl::progressLoop() {
         ::poll(fds, 2, static_cast<int>(std::max<int64_t>(1, left.count() + 1)));
         uint64_t drain = 0;
         [[maybe_unused]] ssize_t n = ::read(queue.wakeFd, &drain, sizeof drain);
-        n = ::read(queue.graceFd, &drain, sizeof drain);
+        const bool fired =
+            ::read(queue.graceFd, &drain, sizeof drain) == static_cast<ssize_t>(sizeof drain);
+        lk.lock();
+        queue.progressAsleep = false;
+        if (fired) queue.armedFor = never;  // the next call issued to an idle queue arms it
         continue;
       }
       task = std::move(queue.pending.front());
@@ -183,10 +199,9 @@ void Communicator::Impl::runQueued(const WorkPtr& work) {
     if (queue.busy || queue.pending.empty() || queue.pending.front().second != work) return;
     task = std::move(queue.pending.front());
     queue.pending.pop_front();
-    if (queue.graceUntil != std::chrono::steady_clock::time_point{}) {
-      queue.graceUntil = {};
-      queue.armGrace({});  // it is taken: no need to wake the progress thread for it
-    }
+    // It is taken. The timer stays armed (lazy: disarming it would cost this call a
+    // system call); the progress thread finds nothing to take when it fires.
+    queue.graceUntil = {};
     queue.busy = true;
   }
   runTask(task);
@@ -194,7 +209,7 @@ void Communicator::Impl::runQueued(const WorkPtr& work) {
   {
     std::lock_guard<std::mutex> lk(queue.issueMu);
     queue.busy = false;
-    more = queue.stopping || !queue.pending.empty();
+    more = queue.progressAsleep && (queue.stopping || !queue.pending.empty());
   }
   // The progress thread waits for a call to run or for the end, nothing else.
   if (more) queue.wake();

@@ -165,6 +165,45 @@ TEST(Async, ACallNobodyWaitsOnCompletesOnItsOwn) {
   });
 }
 
+// The grace timer is lazy: the calls waited on at once leave it armed for the first one's
+// grace. A call nobody waits on, issued after that timer fired or while it is still
+// armed for an earlier expiry, is still left to its waiter for its own whole grace, and
+// then completes on its own: the progress thread arms the timer again when it fires early.
+TEST(Async, TheLazyGraceTimerStillGivesEachCallItsGraceThenRunsIt) {
+  constexpr auto kGrace = 300ms;
+  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "300000");
+  for (const auto pause : {50ms, 400ms}) {  // issued before the timer fires, and after
+    runRanks(2, [&](Communicator& comm) {
+      for (int i = 0; i < 10; ++i) {  // waited on at once: the first arms the timer
+        std::vector<int32_t> v(4, comm.rank() + i);
+        comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum)->wait();
+        for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
+      }
+      std::this_thread::sleep_for(pause);
+      std::vector<int64_t> v(7, 5 * comm.rank() + 1);
+      const auto issued = std::chrono::steady_clock::now();
+      WorkPtr w = comm.allreduceAsync(std::span<int64_t>(v), ReduceOp::Sum);
+      std::this_thread::sleep_for(kGrace / 3);
+      const bool doneEarly = w->isCompleted();
+      // Only a look taken inside this rank's grace says anything (a slow machine may
+      // deschedule this thread past it); the call can't be done before this rank's grace.
+      if (std::chrono::steady_clock::now() - issued < kGrace * 9 / 10) {
+        EXPECT_FALSE(doneEarly);
+      }
+      const auto until = issued + 20s;
+      while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      ASSERT_TRUE(w->isCompleted()) << "pause " << pause.count() << " ms";
+      // Taken when its grace ended, not when the progress thread next looked for want of
+      // a timer (its 1 s linger: issue + 1.2 s here, had the timer not been armed again).
+      const auto took = std::chrono::steady_clock::now() - issued;
+      EXPECT_GE(took, kGrace * 9 / 10);
+      EXPECT_LT(took, kGrace + 700ms) << "pause " << pause.count() << " ms";
+      for (int64_t x : v) ASSERT_EQ(x, 7);
+    });
+  }
+}
+
 // Issued, then the communicator ends within the grace: the end runs it (the destructor
 // drains the queue), and a wait afterwards, with no communicator to run it, returns.
 TEST(Async, ACallIssuedJustBeforeTheEndCompletes) {

@@ -137,6 +137,26 @@ def main():
     assert w.is_completed()
     same(x, [float(n)] * 1000, "async all_reduce")
     same(chained.wait(), [2.0 * n] * 1000, "future.then")
+    # a future asked for only after the work ended (the backend makes it then, complete),
+    # and asked for twice: the same future
+    y = torch.full((5,), float(r + 1))
+    w = dist.all_reduce(y, async_op=True)
+    w.wait()
+    late = w.get_future()
+    assert late.done(), "a late future is not complete"
+    same(late.value()[0], [n * (n + 1) / 2.0] * 5, "late future")
+    same(late.then(lambda f: f.value()[0] + 1).wait(), [n * (n + 1) / 2.0 + 1] * 5,
+         "late future.then")
+    assert w.get_future().value()[0] is not None and w.get_future().done()
+    # many asynchronous calls in flight, none waited on until the last, each with a future
+    ys = [torch.full((3,), float(r * k)) for k in range(20)]
+    ws = [dist.all_reduce(v, async_op=True) for v in ys]
+    futs = [q.get_future() for q in ws[::2]]
+    ws[-1].wait()
+    for k, v in enumerate(ys):
+        same(v, [k * n * (n - 1) / 2.0] * 3, f"in-flight all_reduce {k}")
+    for k, f in zip(range(0, 20, 2), futs):
+        same(f.wait()[0], [k * n * (n - 1) / 2.0] * 3, f"in-flight future {k}")
     g2 = torch.zeros(2 * n)
     w2 = dist.all_gather_into_tensor(g2, mine, async_op=True)
     w2.wait()
