@@ -5,7 +5,10 @@ tccl or gloo backend, or `import tccl` on numpy. Run N of it under `tccl launch`
     tccl launch --nproc-per-node N --no-tag-output -- \\
         /usr/bin/python3 bench/py_allreduce.py IMPL SIZE ITERS WARMUP
 
-IMPL: torch-tccl | torch-gloo | tccl-numpy. SIZE in bytes (a multiple of 4).
+IMPL: torch-tccl | torch-gloo | tccl-numpy. SIZE in bytes (a multiple of 4). An optional fifth
+argument, BUSY_US (default 0), spins that many microseconds of Python before every call, warm-up
+included: a stand-in for a per-call cost (docs/PERFORMANCE.md, "Through torch: the lazy grace
+timer and the lazy future", used it to put torch's per-call cost on `import tccl`).
 
 The method of bench/compare_all.py's other contenders: a checked all-reduce of data that
 depends on rank and index, a warm-up, a barrier, a timed loop, and the slowest rank's average
@@ -20,6 +23,7 @@ import time
 
 def main():
     impl, size, iters, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    busy = float(sys.argv[5]) * 1e-6 if len(sys.argv) > 5 else 0.0
     count = max(1, size // 4)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if impl.startswith("torch-"):
@@ -57,6 +61,15 @@ def main():
     expected = (idx % 7) * world + world * (world - 1) / 2
     allreduce(check)
     wrong = count_wrong(check, expected)
+    if busy > 0:
+        inner = allreduce
+
+        def allreduce(t, **kw):
+            until = time.perf_counter() + busy
+            while time.perf_counter() < until:
+                pass
+            inner(t, **kw)
+
     for _ in range(warmup):
         allreduce(zeros)
     barrier()
