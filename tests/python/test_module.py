@@ -173,6 +173,43 @@ def test_non_contiguous_torch_is_refused():
         one_rank().all_reduce(torch.zeros(4, 4).t())
 
 
+def test_the_numpy_fast_path_gives_what_the_checked_path_gives():
+    """all_reduce skips its helpers for a type it has passed through before (a numpy
+    array): the same results, works and refusals; a torch tensor after numpy arrays still
+    goes through the checks (bfloat16 as bfloat16, non-contiguous refused)."""
+
+    def fn(c):
+        out = []
+        for k in range(3):  # the first call takes the checked path, the others the fast one
+            a = np.arange(5, dtype=np.float32) * (c.rank + 1) + k
+            assert c.all_reduce(a) is None
+            out.append(a.tolist())
+        a = np.full(4, c.rank + 2, dtype=np.int64)
+        w = c.all_reduce(a, tccl.ReduceOp.PRODUCT, async_op=True)
+        assert isinstance(w, tccl.Work)
+        w.wait()
+        out.append(a.tolist())
+        b = np.full(3, float(c.rank), dtype=np.float64)
+        c.all_reduce(b, tccl.ReduceOp.MAX, timeout=30, algorithm="ring")  # the checked path
+        out.append(b.tolist())
+        return out
+
+    for out in run_threads(2, fn):
+        assert out[:3] == [[3.0 * i + 2 * k for i in range(5)] for k in range(3)]
+        assert out[3] == [6] * 4
+        assert out[4] == [1.0] * 3
+    torch = pytest.importorskip("torch")
+    c = one_rank()
+    c.all_reduce(np.zeros(2, dtype=np.float32))
+    with pytest.raises(tccl.InvalidArgumentError, match="not contiguous"):
+        c.all_reduce(torch.zeros(4, 4).t())
+    t = torch.tensor([1.5, -2.25], dtype=torch.bfloat16)
+    c.all_reduce(t)
+    assert t.tolist() == [1.5, -2.25]
+    with pytest.raises(tccl.InvalidArgumentError, match="not contiguous"):
+        c.all_reduce(np.zeros((4, 4), dtype=np.float32).T)
+
+
 def test_read_only_is_refused_where_written_but_accepted_as_a_source():
     ro = np.ones(4, dtype=np.float32)
     ro.setflags(write=False)
