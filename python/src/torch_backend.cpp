@@ -345,8 +345,8 @@ thread_local InlineCompletion tInline;
 // have run, so isCompleted() and wait() see the unpacked results.
 //
 // The future is made when somebody asks for it (getFuture: DDP's reducer does, a blocking
-// dist.all_reduce does not): a future, its type and its completion cost about 0.5 us of
-// a 4 us torch call (docs/PERFORMANCE.md, "Through torch: the lazy grace timer and the
+// dist.all_reduce does not), saving a future, its type, an IValue list and a completion
+// closure per call (docs/PERFORMANCE.md, "Through torch: the lazy grace timer and the
 // lazy future"). One asked for after the work ended is made complete.
 class TcclWork final : public c10d::Work {
  public:
@@ -449,6 +449,10 @@ class TcclWork final : public c10d::Work {
           unpackFailed = true;
         }
       }
+      // The collective's scratch goes now, not with the c10d Work (which torch may keep).
+      // Only this callback, which runs once, touches them.
+      st->unpack = nullptr;
+      st->keepAlive.clear();
       c10::intrusive_ptr<c10::ivalue::Future> future;
       {
         std::lock_guard<std::mutex> lk(st->mu);

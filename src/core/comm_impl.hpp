@@ -178,8 +178,8 @@ struct Communicator::Impl {
     // again" (a call to run, the end); graceFd (a timerfd) wakes it when a call issued to
     // an idle queue may be its own (graceUntil), so that a call waited on at once wakes no
     // thread at all. The timer is lazy: a waiter that runs its call leaves it armed, and a
-    // call issued while it is armed does not touch it (each timerfd_settime cost about
-    // 1.5 us of a 9 us torch call here: docs/PERFORMANCE.md, "Through torch: the lazy
+    // call issued while it is armed does not touch it (the two timerfd_settime calls took
+    // 14 % of a world-1 torch loop's samples: docs/PERFORMANCE.md, "Through torch: the lazy
     // grace timer and the lazy future"); the progress thread, when it fires early, arms it
     // again for the front call's graceUntil.
     int wakeFd = -1;
