@@ -3,10 +3,10 @@
 
     bench/thread_switches.py [--match TEXT] [--after S] [--window S] -- COMMAND...
 
-Starts COMMAND, waits --after seconds (default 15: past start-up, torch's import included), then reads every thread's
-/proc/PID/task/TID/status (voluntary_ctxt_switches, nonvoluntary_ctxt_switches) and stat
-(utime + stime) twice, --window seconds apart (default 3), for each process whose command
-line contains --match (default: the last word of COMMAND). It then stops COMMAND and prints,
+Starts COMMAND, waits --after seconds (default 15: past start-up, torch's import included),
+then reads every thread's /proc/PID/task/TID/status (voluntary_ctxt_switches,
+nonvoluntary_ctxt_switches) and stat (utime + stime) twice, --window seconds apart (default
+3), for each process whose command line contains --match (default: the last word of COMMAND). It then stops COMMAND and prints,
 per kind of thread, the count and the rates over the window:
 - main: a process's first thread (for ranks run by `tccl launch`, the launcher's is one of them);
 - active: another thread that switched more than 10 times in the window (tccl's progress threads);
