@@ -177,7 +177,8 @@ struct Communicator::Impl {
     // The progress thread sleeps in poll(2) on both: wakeFd (an eventfd) says "look
     // again" (a call to run, the end); graceFd (a timerfd) wakes it when a call issued to
     // an idle queue may be its own (graceUntil), so that a call waited on at once wakes no
-    // thread at all. The timer is lazy: a waiter that runs its call leaves it armed, and a
+    // thread at all. The timer is lazy: a waiter that runs its call leaves it armed (unless
+    // it would fire before the next call is likely taken too: runQueued), and a
     // call issued while it is armed does not touch it (the two timerfd_settime calls took
     // 14 % of a world-1 torch loop's samples: docs/PERFORMANCE.md, "Through torch: the lazy
     // grace timer and the lazy future"); the progress thread, when it fires early, arms it
@@ -186,8 +187,9 @@ struct Communicator::Impl {
     int graceFd = -1;
     void wake() const;
     void armGrace(std::chrono::steady_clock::time_point until);  // sets armedFor
-    // What graceFd is armed for; {} once the progress thread has read its expiry (or
-    // before the first arming): only then does anyone arm it again.
+    void disarmGrace();                                          // clears armedFor
+    // What graceFd is armed for; {} once the progress thread has read its expiry, once a
+    // waiter disarmed it, or before the first arming: only then does anyone arm it again.
     std::chrono::steady_clock::time_point armedFor{};
     std::deque<std::pair<PreparedCall, WorkPtr>> pending;
     int64_t seq = 0;    // the next collective's number
@@ -201,6 +203,9 @@ struct Communicator::Impl {
     std::chrono::steady_clock::time_point graceUntil{};
     // How long that is: TCCL_ASYNC_GRACE_US, read at construction (default kStealGrace).
     std::chrono::microseconds grace{};
+    // When a waiter last took its own call (runQueued): the gap to the next one is about
+    // the time since then, which says whether the lazy timer would fire before it.
+    std::chrono::steady_clock::time_point lastTaken{};
     // The progress thread: started by the first asynchronous call, it ends after
     // kProgressLinger without work (so idle sub-communicators hold no thread) and the
     // next one starts it again. progressRunning: it has not decided to end.

@@ -66,6 +66,12 @@ void Communicator::Impl::Queue::wake() const {
   [[maybe_unused]] const ssize_t n = ::write(wakeFd, &one, sizeof one);
 }
 
+void Communicator::Impl::Queue::disarmGrace() {
+  const itimerspec zero{};
+  ::timerfd_settime(graceFd, 0, &zero, nullptr);
+  armedFor = {};
+}
+
 void Communicator::Impl::Queue::armGrace(std::chrono::steady_clock::time_point until) {
   // steady_clock is CLOCK_MONOTONIC: an absolute expiry (a past one fires at once).
   const auto ns =
@@ -199,10 +205,27 @@ void Communicator::Impl::runQueued(const WorkPtr& work) {
     if (queue.busy || queue.pending.empty() || queue.pending.front().second != work) return;
     task = std::move(queue.pending.front());
     queue.pending.pop_front();
-    // It is taken. The timer stays armed (lazy: disarming it would cost this call a
-    // system call); the progress thread finds nothing to take when it fires.
     queue.graceUntil = {};
     queue.busy = true;
+    // It is taken. The timer stays armed (lazy: disarming it at every call would cost
+    // each a system call), unless it would fire before the next call is likely taken
+    // too: nothing else is queued, and its expiry is nearer than a quarter of the grace
+    // or four times the time since the last call taken this way (calls come at an
+    // uneven pace). Then it is disarmed (one system call here and one at the next
+    // call's issue: about once per grace for calls less than a quarter of the grace
+    // apart, at every call for sparser ones), since its firing would only wake
+    // the progress thread to find nothing to run, and on a few shared cores that
+    // wake-up takes a core from a rank: async+wait cost 20.9 against 18.6 us per call
+    // at world 2 and 103.7 against 81.7 us at world 4 with the timer firing against
+    // quiet (bench/async_grace_ab.py; docs/PERFORMANCE.md, 2026-12-05).
+    const auto now = std::chrono::steady_clock::now();
+    const auto never = std::chrono::steady_clock::time_point{};
+    if (queue.pending.empty() && queue.armedFor != never && queue.lastTaken != never &&
+        queue.armedFor - now < std::max<std::chrono::steady_clock::duration>(
+                                   queue.grace / 4, 4 * (now - queue.lastTaken))) {
+      queue.disarmGrace();
+    }
+    queue.lastTaken = now;
   }
   runTask(task);
   bool more = false;

@@ -165,6 +165,30 @@ TEST(Async, ACallNobodyWaitsOnCompletesOnItsOwn) {
   });
 }
 
+// Issues a call nobody waits on (at world 2) and checks that it is left to its waiter for
+// the whole grace, then runs: it completes after 0.9 x grace and before grace + slack.
+void expectLeftToItsGraceThenRun(Communicator& comm, std::chrono::milliseconds grace,
+                                 std::chrono::milliseconds slack) {
+  std::vector<int64_t> v(7, 5 * comm.rank() + 1);
+  const auto issued = std::chrono::steady_clock::now();
+  WorkPtr w = comm.allreduceAsync(std::span<int64_t>(v), ReduceOp::Sum);
+  std::this_thread::sleep_for(grace / 3);
+  const bool doneEarly = w->isCompleted();
+  // Only a look taken inside this rank's grace says anything (a slow machine may
+  // deschedule this thread past it); the call can't be done before this rank's grace.
+  if (std::chrono::steady_clock::now() - issued < grace * 9 / 10) {
+    EXPECT_FALSE(doneEarly);
+  }
+  const auto until = issued + 20s;
+  while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(w->isCompleted());
+  const auto took = std::chrono::steady_clock::now() - issued;
+  EXPECT_GE(took, grace * 9 / 10);
+  EXPECT_LT(took, grace + slack);
+  for (int64_t x : v) ASSERT_EQ(x, 7);
+}
+
 // The grace timer is lazy: the calls waited on at once leave it armed for the first one's
 // grace. A call nobody waits on, issued after that timer fired or while it is still
 // armed for an earlier expiry, is still left to its waiter for its own whole grace, and
@@ -180,28 +204,32 @@ TEST(Async, TheLazyGraceTimerStillGivesEachCallItsGraceThenRunsIt) {
         for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
       }
       std::this_thread::sleep_for(pause);
-      std::vector<int64_t> v(7, 5 * comm.rank() + 1);
-      const auto issued = std::chrono::steady_clock::now();
-      WorkPtr w = comm.allreduceAsync(std::span<int64_t>(v), ReduceOp::Sum);
-      std::this_thread::sleep_for(kGrace / 3);
-      const bool doneEarly = w->isCompleted();
-      // Only a look taken inside this rank's grace says anything (a slow machine may
-      // deschedule this thread past it); the call can't be done before this rank's grace.
-      if (std::chrono::steady_clock::now() - issued < kGrace * 9 / 10) {
-        EXPECT_FALSE(doneEarly);
-      }
-      const auto until = issued + 20s;
-      while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(1ms);
-      ASSERT_TRUE(w->isCompleted()) << "pause " << pause.count() << " ms";
       // Taken when its grace ended, not when the progress thread next looked for want of
       // a timer (its 1 s linger: issue + 1.2 s here, had the timer not been armed again).
-      const auto took = std::chrono::steady_clock::now() - issued;
-      EXPECT_GE(took, kGrace * 9 / 10);
-      EXPECT_LT(took, kGrace + 700ms) << "pause " << pause.count() << " ms";
-      for (int64_t x : v) ASSERT_EQ(x, 7);
+      SCOPED_TRACE("pause " + std::to_string(pause.count()) + " ms");
+      expectLeftToItsGraceThenRun(comm, kGrace, 700ms);
     });
   }
+}
+
+// Two waited calls 90 ms apart: the first arms the timer for 300 ms, the second's waiter
+// disarms it (it would fire within four gaps: runQueued). Then, at once, a call nobody
+// waits on: it must arm the timer itself, so it still gets its whole grace and then starts,
+// about 300 ms after its issue. Had it found the timer marked armed, nothing would take it
+// before the progress thread's 1 s linger ran out (about 800 ms after its issue: the
+// thread has slept since the first call, as no timer fired).
+TEST(Async, AWaiterThatDisarmsTheTimerLeavesTheNextCallItsGraceAndItsStart) {
+  constexpr auto kGrace = 300ms;
+  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "300000");
+  runRanks(2, [&](Communicator& comm) {
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1) std::this_thread::sleep_for(90ms);
+      std::vector<int32_t> v(3, comm.rank() + i);
+      comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum)->wait();
+      for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
+    }
+    expectLeftToItsGraceThenRun(comm, kGrace, 350ms);
+  });
 }
 
 // Issued, then the communicator ends within the grace: the end runs it (the destructor
