@@ -216,7 +216,7 @@ TEST(Async, TheLazyGraceTimerStillGivesEachCallItsGraceThenRunsIt) {
 // disarms it (it would fire within four gaps: runQueued). Then, at once, a call nobody
 // waits on: it must arm the timer itself, so it still gets its whole grace and then starts,
 // about 300 ms after its issue. Had it found the timer marked armed, nothing would take it
-// before the progress thread's 1 s linger ran out (about 800 ms after its issue: the
+// before the progress thread's 1 s linger ran out (800-900 ms after its issue: the
 // thread has slept since the first call, as no timer fired).
 TEST(Async, AWaiterThatDisarmsTheTimerLeavesTheNextCallItsGraceAndItsStart) {
   constexpr auto kGrace = 300ms;
@@ -228,7 +228,7 @@ TEST(Async, AWaiterThatDisarmsTheTimerLeavesTheNextCallItsGraceAndItsStart) {
       comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum)->wait();
       for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
     }
-    expectLeftToItsGraceThenRun(comm, kGrace, 350ms);
+    expectLeftToItsGraceThenRun(comm, kGrace, 500ms);
   });
 }
 
