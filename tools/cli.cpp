@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <limits>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 
 #include "auth/auth.hpp"
@@ -768,6 +770,53 @@ bool writeAll(int fd, const void* data, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return true;
+}
+
+namespace {
+// "demo" for "_demo-worker": the name the user typed, for a worker's message.
+std::string shownName(const std::string& cmd) {
+  std::string s = cmd;
+  if (!s.empty() && s.front() == '_') s.erase(0, 1);
+  if (const auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash) + " worker";
+  return s;
+}
+
+// One line on stderr, whatever the message holds.
+void report(const std::string& cmd, const std::string& message) {
+  std::cerr << "tccl " << oneLine(shownName(cmd)) << ": " << oneLine(message) << std::endl;
+}
+}  // namespace
+
+int runReported(const std::string& cmd, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    report(cmd, e.message);
+    return 2;
+  } catch (const Error& e) {
+    report(cmd, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The parent checks sizes against the machine's memory first (checkMemory); this is
+    // what is left: memory taken by others meanwhile, or a limit (ulimit -v) below it.
+    report(cmd, "out of memory (std::bad_alloc): use smaller sizes or fewer ranks");
+    return 2;
+  } catch (const std::length_error& e) {
+    report(cmd, std::string("a size too large for this machine (") + e.what() + ")");
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    report(cmd, std::string("not a number where one was expected (") + e.what() + ")");
+    return 2;
+  } catch (const std::out_of_range& e) {
+    report(cmd, std::string("a number out of range (") + e.what() + ")");
+    return 2;
+  } catch (const std::exception& e) {
+    report(cmd, std::string("unexpected error: ") + e.what());
+    return 1;
+  } catch (...) {
+    report(cmd, "unexpected error");
+    return 1;
+  }
 }
 
 }  // namespace tccl::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,6 +19,12 @@ namespace tccl::cli {
 struct UsageError {
   std::string message;
 };
+
+// Runs a subcommand's body and maps what it throws to one line on stderr, "tccl <cmd>:
+// <message>" (a worker's "_demo-worker" shown as "demo worker"), and to the exit status:
+// 2 for a UsageError and for what bad input causes (bad_alloc, length_error,
+// invalid_argument, out_of_range), 1 for a tccl::Error and anything else.
+int runReported(const std::string& cmd, const std::function<int()>& body);
 
 // Limits the subcommands share (their --help texts name them).
 inline constexpr int kMaxLocalWorld = 256;  // ranks one machine runs as processes

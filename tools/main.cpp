@@ -1,8 +1,9 @@
 // tccl: the command-line tool. One file per subcommand.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <iostream>
-#include <new>
-#include <stdexcept>
 #include <string>
 
 #include "cli.hpp"
@@ -62,18 +63,26 @@ const char* kUsage =
     "  more memory than this machine has available is refused, saying how much. Bad values,\n"
     "  repeated options and empty values are one line on stderr and exit status 2.\n";
 
-// "demo" for "_demo-worker": the name the user typed, for a worker's message.
-std::string shownName(const std::string& cmd) {
-  std::string s = cmd;
-  if (!s.empty() && s.front() == '_') s.erase(0, 1);
-  if (const auto dash = s.find('-'); dash != std::string::npos) s = s.substr(0, dash) + " worker";
-  return s;
-}
-
-// One line on stderr, whatever the message holds.
-void report(const std::string& cmd, const std::string& message) {
-  std::cerr << "tccl " << tccl::cli::oneLine(shownName(cmd)) << ": " << tccl::cli::oneLine(message)
-            << std::endl;
+// tccl simulate runs in its own program, tccl-simulate beside this one: only it loads
+// SimGrid (with ns-3 and boost, about 50 ms of CPU per process start), so that the
+// other commands, and every rank process that demo, bench, faults and tune start, do not.
+int execSimulate(char** argv) {
+#ifndef TCCL_SIMULATE_HELPER
+  (void)argv;
+  throw tccl::cli::UsageError{
+      "this tccl was built without SimGrid (install libsimgrid-dev and reconfigure; "
+      "docs/simulate.md)"};
+#else
+  const std::string self = tccl::proc::selfExe();
+  const std::string helper = self.substr(0, self.rfind('/') + 1) + TCCL_SIMULATE_HELPER;
+  argv[0] = const_cast<char*>(helper.c_str());  // argv[1] stays "simulate"
+  ::execv(helper.c_str(), argv);
+  const int err = errno;
+  throw tccl::cli::UsageError{
+      "runs in " + tccl::cli::quoted(helper) + ", which " +
+      (err == ENOENT ? std::string("is missing (install it beside tccl; docs/simulate.md)")
+                     : std::string("cannot be started: ") + std::strerror(err))};
+#endif
 }
 
 }  // namespace
@@ -85,7 +94,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  try {
+  return tccl::cli::runReported(cmd, [&]() -> int {
     if (cmd == "demo") return tccl::cli::demoMain(argc, argv, 2);
     if (cmd == "_demo-worker") return tccl::cli::demoWorkerMain(argc, argv, 2);
     if (cmd == "bench") return tccl::cli::benchMain(argc, argv, 2);
@@ -99,38 +108,12 @@ int main(int argc, char** argv) {
     if (cmd == "launch") return tccl::cli::launchMain(argc, argv, 2);
     if (cmd == "faults") return tccl::cli::faultsMain(argc, argv, 2);
     if (cmd == "_faults-worker") return tccl::cli::faultsWorkerMain(argc, argv, 2);
-    if (cmd == "simulate") return tccl::cli::simulateMain(argc, argv, 2);
+    if (cmd == "simulate") return execSimulate(argv);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "tccl " << tccl::kVersion << "\n";
       return 0;
     }
     std::cerr << "tccl: unknown command " << tccl::cli::quoted(cmd) << " (try tccl --help)\n";
     return 2;
-  } catch (const tccl::cli::UsageError& e) {
-    report(cmd, e.message);
-    return 2;
-  } catch (const tccl::Error& e) {
-    report(cmd, e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    // The parent checks sizes against the machine's memory first (checkMemory); this is
-    // what is left: memory taken by others meanwhile, or a limit (ulimit -v) below it.
-    report(cmd, "out of memory (std::bad_alloc): use smaller sizes or fewer ranks");
-    return 2;
-  } catch (const std::length_error& e) {
-    report(cmd, std::string("a size too large for this machine (") + e.what() + ")");
-    return 2;
-  } catch (const std::invalid_argument& e) {
-    report(cmd, std::string("not a number where one was expected (") + e.what() + ")");
-    return 2;
-  } catch (const std::out_of_range& e) {
-    report(cmd, std::string("a number out of range (") + e.what() + ")");
-    return 2;
-  } catch (const std::exception& e) {
-    report(cmd, std::string("unexpected error: ") + e.what());
-    return 1;
-  } catch (...) {
-    report(cmd, "unexpected error");
-    return 1;
-  }
+  });
 }

@@ -9,6 +9,9 @@
 // busBwFactor), bytes/rank = the most payload any rank sent. Per size of an all-reduce
 // also what `auto` (the cost model of src/algorithms/select.cpp, told the platform's
 // figures) would choose, against the fastest replay.
+//
+// Built into its own program, tccl-simulate (simulate_main.cpp), which `tccl simulate`
+// execs: only that program links SimGrid.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,22 +27,12 @@
 #include "algorithms/collective_spec.hpp"
 #include "algorithms/select.hpp"
 #include "cli.hpp"
-#include "subcommands.hpp"
-
-#ifdef TCCL_HAVE_SIMGRID
 #include "sim/platform.hpp"
 #include "sim/replay.hpp"
-#endif
+#include "subcommands.hpp"
 
 namespace tccl::cli {
 
-#ifndef TCCL_HAVE_SIMGRID
-int simulateMain(int, char**, int) {
-  throw UsageError{
-      "this tccl was built without SimGrid (install libsimgrid-dev and reconfigure; "
-      "docs/simulate.md)"};
-}
-#else
 namespace {
 
 const std::vector<std::string> kValueOptions = {"world",
@@ -452,6 +445,5 @@ int simulateMain(int argc, char** argv, int first) {
   }
   return 0;
 }
-#endif
 
 }  // namespace tccl::cli

@@ -112,5 +112,19 @@ usage "empty size list item" --sizes 1M,,2M
 usage "bad SimGrid config key" --simgrid-cfg bogus:1
 usage "over the world limit" --hosts 300 --ranks-per-host 300
 
+# The simulator is a program of its own, tccl-simulate beside tccl, which `tccl simulate`
+# execs (tools/main.cpp): tccl itself, and so every rank process that demo, bench, faults
+# and tune start, loads no SimGrid. Without its helper, tccl simulate says where it looked.
+check "tccl links no SimGrid" bash -c '! ldd "$1" | grep -q libsimgrid' _ "$tccl"
+check "tccl-simulate does" bash -c 'ldd "$1" | grep -q libsimgrid' _ "$(dirname "$tccl")/tccl-simulate"
+cp "$tccl" "$tmp/tccl"
+err=$(timeout 60 "$tmp/tccl" simulate --world 4 2>&1 >/dev/null); rc=$?
+echo "$err"
+check "no helper: exit 2 ($rc)" test $rc -eq 2
+check "no helper: one line naming the missing helper" \
+  test "$err" = "tccl simulate: runs in '$tmp/tccl-simulate', which is missing (install it beside tccl; docs/simulate.md)"
+err=$(timeout 60 "$(dirname "$tccl")/tccl-simulate" --world 4 2>&1 >/dev/null); rc=$?
+check "the helper alone: exit 2 ($rc) and one line" test $rc -eq 2 -a "$(wc -l <<<"$err")" -eq 1
+
 echo "simulate_test: $pass passed, $fails failed"
 test $fails -eq 0
