@@ -120,6 +120,33 @@ TEST(ExecutorAllreduce, HalvingDoubling) { allreduceGrid(Algorithm::HalvingDoubl
 TEST(ExecutorAllreduce, RecursiveDoubling) { allreduceGrid(Algorithm::RecursiveDoubling); }
 TEST(ExecutorAllreduce, Hierarchical) { allreduceGrid(Algorithm::Hierarchical); }
 
+// Messages of hundreds of KiB (the grid's are at most 8 KB) over links that take up to
+// 1 MiB and cut reads and writes at random, mid-element: exact results for sum, avg and
+// max, in and out of place, with segments that are not a multiple of the world.
+TEST(ExecutorAllreduce, LargeMessagesCutAtRandom) {
+  uint64_t seed = 77;
+  int k = 0;
+  for (Algorithm a :
+       {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree, Algorithm::Naive}) {
+    for (int n : {2, 3, 5}) {
+      const size_t count = 150001;  // 1.2 MB of int64, messages of up to 512 KiB
+      const size_t seg = 65536 + 3;
+      const ReduceOp op = k % 3 == 0 ? ReduceOp::Sum : k % 3 == 1 ? ReduceOp::Avg : ReduceOp::Max;
+      const bool inPlace = k % 2 == 1;
+      ++k;
+      MeshOptions o = mesh(++seed);
+      o.minCapacity = 64 * 1024;
+      o.maxCapacity = 1024 * 1024;
+      SCOPED_TRACE(caseName(
+          std::string(toString(a)) + " " + std::string(toString(op)) + (inPlace ? " in-place" : ""),
+          n, count, seg, seed));
+      ASSERT_EQ(allreduceInt(allreduceSchedules(a, n, count, seg), count, op, inPlace,
+                             algo::allreduceReadsInputLate(a), o),
+                "");
+    }
+  }
+}
+
 TEST(ExecutorAllreduce, EveryAlgorithmIsInTheGrid) {
   // A new algorithm of the menu needs its own test above.
   EXPECT_EQ(algo::allreduceAlgorithms().size(), 6u);
