@@ -45,7 +45,8 @@ P2PRoom& Communicator::Impl::p2pRoom() {
       c.eagerBytes = static_cast<size_t>(*v);
     if (auto v = config::getEnvInt("TCCL_P2P_POOL_BYTES", 0, int64_t{1} << 34))
       c.poolBytes = static_cast<size_t>(*v);
-    c.chunkBytes = std::max<size_t>(boot.segmentBytes, 64 * 1024);
+    if (auto v = config::getEnvInt("TCCL_P2P_CHUNK_BYTES", 4096, int64_t{1} << 30))
+      c.chunkBytes = static_cast<size_t>(*v);
     p2p.room = std::make_unique<P2PRoom>(
         *boot.transport, c, [this](int peer) { return describePeerHealth(peer); },
         [this](ErrorInfo& info) { nameRanks(info); });

@@ -60,10 +60,10 @@ namespace tccl {
 struct P2PConfig {
   int rank = 0;
   int worldSize = 1;
-  size_t eagerBytes = 64 * 1024;  // TCCL_P2P_EAGER_BYTES
-  size_t poolBytes = 256 * 1024;  // TCCL_P2P_POOL_BYTES: eager bytes in flight per peer
-  size_t chunkBytes = 1 << 20;    // rendezvous chunk
-  int spinMicros = 50;            // busy-poll before sleeping (as the executor)
+  size_t eagerBytes = 64 * 1024;   // TCCL_P2P_EAGER_BYTES
+  size_t poolBytes = 256 * 1024;   // TCCL_P2P_POOL_BYTES: eager bytes in flight per peer
+  size_t chunkBytes = 512 * 1024;  // TCCL_P2P_CHUNK_BYTES: a rendezvous payload's chunk
+  int spinMicros = 50;             // busy-poll before sleeping (as the executor)
   // Operations posted while nobody drives are left this long to a caller who comes to
   // wait on them before the progress thread takes them up (0: at once).
   int graceMicros = 50;

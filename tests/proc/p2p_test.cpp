@@ -55,6 +55,17 @@ INSTANTIATE_TEST_SUITE_P(Grid, Exchange,
                                            Case{4, "67108864"}, Case{5, "0"}, Case{8, "1"},
                                            Case{8, "65536"}, Case{8, "67108864"}));
 
+// TCCL_P2P_CHUNK_BYTES: a rendezvous payload goes in chunks of that many bytes (an odd
+// size, so the last chunk is short and no chunk is aligned), exact data, and the
+// worker counts the send's messages: an Rts and ceil(bytes / chunk) Chunks.
+TEST(P2PProc, ChunkBytesSetsTheRendezvousChunks) {
+  for (const char* scenario : {"exchange", "exchange-rev"}) {
+    JobSpec spec = p2pJob(3, {scenario, "1000003"});
+    spec.extraEnv.push_back({"TCCL_P2P_CHUNK_BYTES", "70001"});
+    expectOk(runJob(spec), 3);
+  }
+}
+
 // 1 GiB each way at world 2 (4 GiB of buffers on the machine).
 TEST(P2PProc, OneGibibyteExchange) {
   Job job = runJob(p2pJob(2, {"exchange", "1073741824"}, 400s));

@@ -119,6 +119,16 @@ int main(int argc, char** argv) {
       expectMessage(in, left, r, 1, "exchange");
       check(v->source() == left && v->tag() == 1, "the receive names its sender and tag");
       check(s->stats().traffic.total().payloadSent == b, "send payload bytes");
+      // docs/protocol.md: up to TCCL_P2P_EAGER_BYTES (64 KiB) one Eager message (the
+      // pool's credit is whole here); more, an Rts and then Chunks of
+      // TCCL_P2P_CHUNK_BYTES (512 KiB), the last one shorter.
+      const char* chunkEnv = std::getenv("TCCL_P2P_CHUNK_BYTES");
+      const size_t chunk = chunkEnv ? std::stoull(chunkEnv) : 512 * 1024;
+      const size_t messages = b <= 64 * 1024 ? 1 : 1 + (b + chunk - 1) / chunk;
+      check(s->stats().traffic.total().messagesSent == messages,
+            "send messages: " + std::to_string(s->stats().traffic.total().messagesSent) +
+                ", expected " + std::to_string(messages));
+      check(s->stats().traffic.total().wireSent == b + 24 * messages, "send wire bytes");
       check(v->stats().traffic.total().payloadRecv == b, "receive payload bytes");
       check(v->stats().bytes == b, "receive length");
       rec << " seconds=" << v->stats().seconds;
