@@ -120,7 +120,7 @@ TEST(ExecutorAllreduce, HalvingDoubling) { allreduceGrid(Algorithm::HalvingDoubl
 TEST(ExecutorAllreduce, RecursiveDoubling) { allreduceGrid(Algorithm::RecursiveDoubling); }
 TEST(ExecutorAllreduce, Hierarchical) { allreduceGrid(Algorithm::Hierarchical); }
 
-// Messages of hundreds of KiB (the grid's are at most 8 KB) over links that take up to
+// Messages of hundreds of KB (the grid's are at most 8 KB) over links that take up to
 // 1 MiB and cut reads and writes at random, mid-element: exact results for sum, avg and
 // max, in and out of place, with segments that are not a multiple of the world.
 TEST(ExecutorAllreduce, LargeMessagesCutAtRandom) {
@@ -129,7 +129,7 @@ TEST(ExecutorAllreduce, LargeMessagesCutAtRandom) {
   for (Algorithm a :
        {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree, Algorithm::Naive}) {
     for (int n : {2, 3, 5}) {
-      const size_t count = 150001;  // 1.2 MB of int64, messages of up to 512 KiB
+      const size_t count = 150001;  // 1.2 MB of int64, messages of up to 512 KiB + 24 B
       const size_t seg = 65536 + 3;
       const ReduceOp op = k % 3 == 0 ? ReduceOp::Sum : k % 3 == 1 ? ReduceOp::Avg : ReduceOp::Max;
       const bool inPlace = k % 2 == 1;
