@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "base/log.hpp"
@@ -197,6 +198,11 @@ void P2PEngine::ensureProgressThread() {
 
 // ---- posting ----------------------------------------------------------------------------
 
+// A burst of posts (postThenWait): each within kBurstGap of the one before, with no wait
+// between; at most kBurstPosts of them wait for the next drive.
+constexpr std::chrono::nanoseconds kBurstGap = std::chrono::microseconds(20);
+constexpr int kBurstPosts = static_cast<int>(TxFrame::kMaxFramesPerWrite);
+
 // A caller that will wait counts itself a waiter before it posts, so the progress thread
 // never starts driving operations the caller is about to drive itself (that hand-off
 // would cost a context switch per blocking send or receive).
@@ -206,7 +212,11 @@ void P2PEngine::postThenWait(std::span<const P2PHandle> ops, std::span<const P2P
   bool kickDriver = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (waits) callersWaiting_++;
+    if (waits) {
+      callersWaiting_++;
+      burstPostNs_ = 0;  // a wait ends a burst of posts
+      burstDeferred_ = 0;
+    }
     for (const P2PHandle& op : ops) postLocked(op, completed);
     if (!ops.empty()) lastPostNs_.store(steadyNs(ops.back()->posted), std::memory_order_relaxed);
     // What is not done at once progresses on the progress thread unless a caller waits.
@@ -214,7 +224,19 @@ void P2PEngine::postThenWait(std::span<const P2PHandle> ops, std::span<const P2P
     if (!waits) {
       // Nobody drives: move what can move now on this thread (an eager send leaves at
       // once and completes), so that the progress thread is woken only for what is left.
-      if (!driving_ && callersWaiting_ == 0) {
+      // Not within a burst, though: posts that follow the last one within kBurstGap
+      // with no wait between (a window of sendAsync / recvAsync) are left, up to
+      // kBurstPosts of them, to the next drive (the caller's wait, the post that fills
+      // the burst, or the progress thread once the grace ends), which hands their frames
+      // to the socket several to a writev instead of one system call per message.
+      const int64_t at = ops.empty() ? 0 : steadyNs(ops.front()->posted);
+      const bool burst = burstPostNs_ != 0 && at - burstPostNs_ < kBurstGap.count() &&
+                         burstDeferred_ + 1 < kBurstPosts && cfg_.graceMicros > 0;
+      if (!ops.empty()) burstPostNs_ = steadyNs(ops.back()->posted);
+      if (burst) {
+        burstDeferred_++;
+      } else if (!driving_ && callersWaiting_ == 0) {
+        burstDeferred_ = 0;
         driving_ = true;
         pumpAll(completed);
         driving_ = false;
@@ -541,9 +563,10 @@ bool P2PEngine::pumpAll(std::vector<P2PHandle>& completed) {
 }
 
 // The next frame for the link: control first, then envelopes in posting order, then the
-// next chunk of the oldest cleared stream.
-bool P2PEngine::nextTx(LinkState& ls) {
-  Tx t;
+// next chunk of the oldest cleared stream. Taking it commits it (credit spent, the Rts
+// awaited); untakeTx puts back one that did not leave.
+bool P2PEngine::takeTx(LinkState& ls, Tx& t) {
+  t = Tx{};
   if (!ls.control.empty()) {
     t = ls.control.front();
     ls.control.pop_front();
@@ -578,22 +601,80 @@ bool P2PEngine::nextTx(LinkState& ls) {
   } else {
     return false;
   }
-  ls.txNow = t;
-  ls.tx.start(t.header, t.payload);
   return true;
 }
+
+// Undoes takeTx for the frame taken last (frames are put back newest first).
+void P2PEngine::untakeTx(LinkState& ls, const Tx& t) {
+  const P2PHandle& op = t.op;
+  switch (t.header.kind) {
+    case MsgKind::Eager:
+    case MsgKind::Rts:
+      if (t.header.kind == MsgKind::Eager) {
+        ls.credit += op->bytes;
+      } else {
+        awaitingCts_.erase(op->id);
+      }
+      op->state = P2POp::State::Queued;
+      ls.sends.push_front(op);
+      break;
+    case MsgKind::Chunk:
+      op->moved -= t.header.length;
+      if (ls.streams.empty() || ls.streams.front() != op) ls.streams.push_front(op);
+      break;
+    default:  // Cts (its op is the receive), Credit, Cancel
+      ls.control.push_front(t);
+      break;
+  }
+}
+
+// What one writev may carry: frames queued behind the first go with it (TxFrame::pumpMany)
+// while they are control frames or envelopes (a chunk goes alone: its stream's end is
+// only known once its frame is out) and add up to at most this.
+constexpr size_t kBatchBytes = 256 * 1024;
 
 bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
   bool progress = false;
   for (;;) {
-    if (ls.tx.idle() && !nextTx(ls)) {
-      ls.wantWrite = false;
-      return progress;
+    if (ls.tx.idle()) {
+      Tx t;
+      if (!takeTx(ls, t)) {
+        ls.wantWrite = false;
+        return progress;
+      }
+      ls.txNow = std::move(t);
+      ls.tx.start(ls.txNow.header, ls.txNow.payload);
     }
-    LinkIo r = ls.tx.pump(*ls.link);
-    if (r.status == LinkStatus::Blocked) {
-      ls.wantWrite = true;
-      return progress;
+    // The frames behind it, as far as the link and the budget allow: frames[k] is
+    // ls.tx for k = 0, else txMore_[k - 1].
+    size_t n = 1;
+    txFrames_[0] = &ls.tx;
+    if ((!ls.control.empty() || !ls.sends.empty()) && ls.link->framesShareWrites()) {
+      size_t bytes = ls.tx.total() - ls.tx.sent();
+      while (n < TxFrame::kMaxFramesPerWrite && bytes < kBatchBytes &&
+             (!ls.control.empty() || !ls.sends.empty())) {
+        Tx& t = txMore_[n - 1];
+        if (!takeTx(ls, t)) break;
+        TxFrame& f = txMoreFrames_[n - 1];
+        f.start(t.header, t.payload);
+        if (bytes + f.total() > kBatchBytes) {
+          untakeTx(ls, t);
+          t = Tx{};
+          break;
+        }
+        bytes += f.total();
+        txFrames_[n++] = &f;
+      }
+    }
+    const LinkIo r = TxFrame::pumpMany(*ls.link, txFrames_.data(), n);
+    // Frames behind the first that did not finish go back to their queues, newest
+    // first, but for one that went out in part: it becomes the link's frame in flight.
+    size_t out = 0;  // frames [0, out) are all out
+    while (out < n && txFrames_[out]->done()) ++out;
+    const size_t keep = out > 0 && out < n && txFrames_[out]->sent() > 0 ? out + 1 : out;
+    for (size_t k = n; k-- > std::max<size_t>(keep, 1);) {
+      untakeTx(ls, txMore_[k - 1]);
+      txMore_[k - 1] = Tx{};
     }
     if (r.status == LinkStatus::Closed || r.status == LinkStatus::Error) {
       closeLink(ls, ErrorKind::PeerClosed,
@@ -602,23 +683,42 @@ bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
                 completed);
       return true;
     }
+    if (r.status == LinkStatus::Blocked) {
+      // Nothing was written: the first frame stays in flight (not started, or as before).
+      ls.wantWrite = true;
+      return progress;
+    }
     progress = true;
-    if (!ls.tx.done()) continue;
-    const wire::MessageHeader h = ls.txNow.header;
-    P2PHandle op = ls.txNow.op;
+    if (out == 0) continue;  // the first frame is still going out
+    sentFrame(ls, ls.txNow, completed);
     ls.tx.reset();
     ls.txNow = Tx{};
-    if (!op || op->state == P2POp::State::Done) continue;
-    const size_t payload = wire::carriesPayload(h.kind) ? h.length : 0;
-    addTraffic(*op, ls.peer, true, payload, wire::kHeaderSize + payload);
-    if (h.kind == MsgKind::Eager) {
-      op->result_.bytes = op->bytes;
-      finish(op, completed);
-    } else if (h.kind == MsgKind::Chunk && op->moved == op->bytes &&
-               std::find(ls.streams.begin(), ls.streams.end(), op) == ls.streams.end()) {
-      op->result_.bytes = op->bytes;
-      finish(op, completed);
+    for (size_t k = 1; k < out; ++k) {
+      sentFrame(ls, txMore_[k - 1], completed);
+      txMore_[k - 1] = Tx{};
     }
+    if (keep > out) {  // out >= 1: that frame is part sent
+      ls.txNow = std::move(txMore_[out - 1]);
+      ls.tx = txMoreFrames_[out - 1];
+      txMore_[out - 1] = Tx{};
+    }
+  }
+}
+
+// A frame is all out: an eager send, or a stream's last chunk, completes.
+void P2PEngine::sentFrame(LinkState& ls, const Tx& t, std::vector<P2PHandle>& completed) {
+  const wire::MessageHeader& h = t.header;
+  const P2PHandle& op = t.op;
+  if (!op || op->state == P2POp::State::Done) return;
+  const size_t payload = wire::carriesPayload(h.kind) ? h.length : 0;
+  addTraffic(*op, ls.peer, true, payload, wire::kHeaderSize + payload);
+  if (h.kind == MsgKind::Eager) {
+    op->result_.bytes = op->bytes;
+    finish(op, completed);
+  } else if (h.kind == MsgKind::Chunk && op->moved == op->bytes &&
+             std::find(ls.streams.begin(), ls.streams.end(), op) == ls.streams.end()) {
+    op->result_.bytes = op->bytes;
+    finish(op, completed);
   }
 }
 

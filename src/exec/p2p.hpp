@@ -34,6 +34,7 @@
 // deadline passed fails the operation with a TimeoutError naming the peer and tag.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -235,7 +236,9 @@ class P2PEngine {
   bool pumpAll(std::vector<P2PHandle>& completed);
   bool pumpTx(LinkState& ls, std::vector<P2PHandle>& completed);
   bool pumpRx(LinkState& ls, std::vector<P2PHandle>& completed);
-  bool nextTx(LinkState& ls);
+  bool takeTx(LinkState& ls, Tx& t);
+  void untakeTx(LinkState& ls, const Tx& t);
+  void sentFrame(LinkState& ls, const Tx& t, std::vector<P2PHandle>& completed);
   void onHeader(LinkState& ls, std::vector<P2PHandle>& completed);
   void onMessage(LinkState& ls, std::vector<P2PHandle>& completed);
   void matchEnvelope(LinkState& ls, const wire::MessageHeader& h,
@@ -296,6 +299,17 @@ class P2PEngine {
   // lock from a caller about to wait.
   std::atomic<int64_t> lastPostNs_{0};
   std::atomic<int64_t> graceArmedNs_{0};
+  // When the last operation was posted without a wait (postThenWait), while no wait
+  // came since (0: none), and how many posts since the last that moved at once were
+  // left to the next drive: the next post soon after is part of a burst
+  // (postThenWait).
+  int64_t burstPostNs_ = 0;
+  int burstDeferred_ = 0;
+  // pumpTx's scratch for the frames one writev carries behind a link's frame in flight
+  // (mu_, held by the one driving thread).
+  std::array<Tx, TxFrame::kMaxFramesPerWrite - 1> txMore_;
+  std::array<TxFrame, TxFrame::kMaxFramesPerWrite - 1> txMoreFrames_;
+  std::array<TxFrame*, TxFrame::kMaxFramesPerWrite> txFrames_{};
   bool progressIdle_ = false;  // the progress thread sleeps in sleepIdle()
   int driverWaiters_ = 0;      // callers sleeping on driverCv_
   std::atomic<int> callersWaiting_{0};

@@ -71,25 +71,39 @@ void TxFrame::start(const wire::MessageHeader& h, const uint8_t* payload) {
 }
 
 LinkIo TxFrame::pump(Link& link) {
-  if (!active_ || sent_ == total_) return {LinkStatus::Progress, 0};
-  const size_t payloadLen = total_ - wire::kHeaderSize;
-  iovec iov[2];
+  TxFrame* self = this;
+  return pumpMany(link, &self, 1);
+}
+
+LinkIo TxFrame::pumpMany(Link& link, TxFrame* const* frames, size_t n) {
+  iovec iov[2 * kMaxFramesPerWrite];
   int iovcnt = 0;
-  if (sent_ < wire::kHeaderSize) {
-    iov[iovcnt++] = {bytes_ + sent_, wire::kHeaderSize - sent_};
-    if (payloadLen > 0) iov[iovcnt++] = {const_cast<uint8_t*>(payload_), payloadLen};
-  } else {
-    const size_t off = sent_ - wire::kHeaderSize;
-    iov[iovcnt++] = {const_cast<uint8_t*>(payload_) + off, payloadLen - off};
+  n = std::min(n, kMaxFramesPerWrite);
+  for (size_t i = 0; i < n; ++i) {
+    const TxFrame& f = *frames[i];
+    if (!f.active_ || f.sent_ == f.total_) continue;
+    const size_t payloadLen = f.total_ - wire::kHeaderSize;
+    if (f.sent_ < wire::kHeaderSize) {
+      iov[iovcnt++] = {const_cast<uint8_t*>(f.bytes_) + f.sent_, wire::kHeaderSize - f.sent_};
+      if (payloadLen > 0) iov[iovcnt++] = {const_cast<uint8_t*>(f.payload_), payloadLen};
+    } else {
+      const size_t off = f.sent_ - wire::kHeaderSize;
+      iov[iovcnt++] = {const_cast<uint8_t*>(f.payload_) + off, payloadLen - off};
+    }
   }
+  if (iovcnt == 0) return {LinkStatus::Progress, 0};
   const LinkIo io = link.writev(iov, iovcnt);
   if (io.status != LinkStatus::Progress) return io;
-  countSent(link.counters(), sent_, io.bytes);
-  sent_ += io.bytes;
-  link.txPartial = true;
-  if (sent_ == total_) {
-    link.counters().messagesSent.fetch_add(1, kRelaxed);
-    link.txPartial = false;
+  size_t left = io.bytes;
+  for (size_t i = 0; i < n && left > 0; ++i) {
+    TxFrame& f = *frames[i];
+    if (!f.active_ || f.sent_ == f.total_) continue;
+    const size_t take = std::min(left, f.total_ - f.sent_);
+    countSent(link.counters(), f.sent_, take);
+    f.sent_ += take;
+    left -= take;
+    link.txPartial = f.sent_ < f.total_;
+    if (!link.txPartial) link.counters().messagesSent.fetch_add(1, kRelaxed);
   }
   return io;
 }

@@ -78,6 +78,10 @@ class Link {
   // socket's receive queue is drained by a read; an in-memory link with random partial
   // transfers, or a striped link, gives no such promise).
   virtual bool shortReadDrains() const { return false; }
+  // One writev may carry the ends and starts of several framed messages
+  // (TxFrame::pumpMany); false where the link cuts its byte stream at message headers
+  // (a striped link reads each message's length from a writev's first bytes).
+  virtual bool framesShareWrites() const { return true; }
   // Why the last transfer returned Closed or Error: "connection closed by the peer",
   // "connection reset by the peer", or the system's error text.
   virtual std::string errorText() const = 0;
@@ -131,6 +135,13 @@ class TxFrame {
   size_t total() const { return total_; }
   void reset() { active_ = false; }
   const wire::MessageHeader& header() const { return header_; }
+  // Hands the rest of several messages to the link with one writev, in order: frames[0]
+  // may be partly sent, the others not yet started (the link must allow it:
+  // Link::framesShareWrites). Counts as pump() does, for each frame the bytes it took
+  // and the messages finished; afterwards each frame's done() says whether it is all
+  // out. At most kMaxFramesPerWrite frames.
+  static constexpr size_t kMaxFramesPerWrite = 64;
+  static LinkIo pumpMany(Link& link, TxFrame* const* frames, size_t n);
 
  private:
   wire::MessageHeader header_;

@@ -80,6 +80,7 @@ class StripedLink final : public Link {
   LinkIo readv(const iovec* iov, int iovcnt) override;
   LinkIo peek(uint8_t* buf, size_t n) override;
   std::string errorText() const override;
+  bool framesShareWrites() const override { return false; }
 
   int pollFd() const override { return stripes_[readStripe_]->pollFd(); }
   short pollEvents(bool wantRead, bool wantWrite) const override {

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -335,6 +336,122 @@ TEST(LinkFrames, TxPartialWhileAMessageIsHalfSent) {
   EXPECT_EQ(rx.pumpPayload(*p.b).bytes, 24u);
   EXPECT_TRUE(rx.done());
   EXPECT_EQ(got, payload);
+}
+
+// Frames of every shape for pumpMany: header-only kinds, empty, one-byte and larger
+// payloads; frame i's payload byte j is (i * 37 + j) & 0xff.
+struct FrameSet {
+  std::vector<wire::MessageHeader> headers;
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<uint8_t> stream;  // what the link must carry, in order
+  uint64_t payloadBytes = 0;
+};
+
+FrameSet someFrames() {
+  FrameSet s;
+  const std::vector<std::pair<wire::MsgKind, size_t>> shapes = {
+      {wire::MsgKind::Eager, 8},    {wire::MsgKind::Rts, 5000},  {wire::MsgKind::Eager, 0},
+      {wire::MsgKind::Cts, 0},      {wire::MsgKind::Eager, 1},   {wire::MsgKind::Credit, 9},
+      {wire::MsgKind::Eager, 1000}, {wire::MsgKind::Chunk, 333}, {wire::MsgKind::Eager, 3}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    wire::MessageHeader h;
+    h.kind = shapes[i].first;
+    h.length = shapes[i].second;
+    h.step = static_cast<uint32_t>(i);
+    const size_t carried = wire::carriesPayload(h.kind) ? shapes[i].second : 0;
+    std::vector<uint8_t> payload(carried);
+    for (size_t j = 0; j < carried; ++j) payload[j] = static_cast<uint8_t>((i * 37 + j) & 0xff);
+    uint8_t enc[wire::kHeaderSize];
+    wire::encodeHeader(h, enc);
+    s.stream.insert(s.stream.end(), enc, enc + wire::kHeaderSize);
+    s.stream.insert(s.stream.end(), payload.begin(), payload.end());
+    s.payloadBytes += carried;
+    s.headers.push_back(h);
+    s.payloads.push_back(std::move(payload));
+  }
+  return s;
+}
+
+TEST(LinkFrames, ManyFramesShareOneWrite) {
+  // With room, pumpMany hands every frame to the link in one writev and counts each.
+  MemLinkPair p = makeMemLinkPair(0, 1, Lane::P2P, 64 * 1024, 0);
+  const FrameSet set = someFrames();
+  std::vector<TxFrame> frames(set.headers.size());
+  std::vector<TxFrame*> ptrs;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    frames[i].start(set.headers[i], set.payloads[i].data());
+    ptrs.push_back(&frames[i]);
+  }
+  const LinkIo io = TxFrame::pumpMany(*p.a, ptrs.data(), ptrs.size());
+  EXPECT_EQ(io.status, LinkStatus::Progress);
+  EXPECT_EQ(io.bytes, set.stream.size());
+  for (const TxFrame& f : frames) EXPECT_TRUE(f.done());
+  EXPECT_FALSE(p.a->txPartial);
+  const PeerCounters c = p.a->counters().snapshot();
+  EXPECT_EQ(c.messagesSent, frames.size());
+  EXPECT_EQ(c.payloadSent, set.payloadBytes);
+  EXPECT_EQ(c.wireSent, set.stream.size());
+  std::vector<uint8_t> got(set.stream.size() + 1);
+  iovec in{got.data(), got.size()};
+  EXPECT_EQ(p.b->readv(&in, 1).bytes, set.stream.size());  // one write: all of it is there
+  got.resize(set.stream.size());
+  EXPECT_EQ(got, set.stream);
+}
+
+TEST(LinkFrames, ManyFramesCutAnywhere) {
+  // A link that takes a few bytes at a time (random partial transfers, a small buffer):
+  // pumpMany, called again from the first frame not yet out, carries the same bytes in
+  // the same order; txPartial holds exactly while a frame is half out, and the counters
+  // count each frame once it is out.
+  const FrameSet set = someFrames();
+  std::vector<size_t> ends;  // where each frame ends in the stream
+  size_t at = 0;
+  for (size_t i = 0; i < set.headers.size(); ++i) {
+    at += wire::kHeaderSize + set.payloads[i].size();
+    ends.push_back(at);
+  }
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    MemLinkPair p = makeMemLinkPair(0, 1, Lane::P2P, 40 + seed * 13, seed);
+    std::vector<TxFrame> frames(set.headers.size());
+    for (size_t i = 0; i < frames.size(); ++i)
+      frames[i].start(set.headers[i], set.payloads[i].data());
+    std::vector<uint8_t> got;
+    size_t first = 0, sent = 0;
+    for (int round = 0; first < frames.size() && round < 100000; ++round) {
+      std::vector<TxFrame*> ptrs;
+      for (size_t i = first; i < frames.size(); ++i) ptrs.push_back(&frames[i]);
+      const LinkIo io = TxFrame::pumpMany(*p.a, ptrs.data(), ptrs.size());
+      ASSERT_NE(io.status, LinkStatus::Closed);
+      ASSERT_NE(io.status, LinkStatus::Error);
+      if (io.status == LinkStatus::Progress) sent += io.bytes;
+      const bool atBoundary = sent == 0 || std::find(ends.begin(), ends.end(), sent) != ends.end();
+      if (io.status == LinkStatus::Progress && io.bytes > 0) {
+        EXPECT_EQ(p.a->txPartial, !atBoundary) << "seed " << seed << " at byte " << sent;
+      }
+      const size_t out =
+          static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), sent) - ends.begin());
+      EXPECT_EQ(p.a->counters().snapshot().messagesSent, out) << "seed " << seed;
+      while (first < frames.size() && frames[first].done()) ++first;
+      EXPECT_EQ(first, out) << "seed " << seed;
+      std::vector<uint8_t> buf(4096);
+      iovec in{buf.data(), buf.size()};
+      const LinkIo r = p.b->readv(&in, 1);
+      if (r.status == LinkStatus::Progress)
+        got.insert(got.end(), buf.begin(), buf.begin() + r.bytes);
+    }
+    for (;;) {
+      std::vector<uint8_t> buf(4096);
+      iovec in{buf.data(), buf.size()};
+      const LinkIo r = p.b->readv(&in, 1);
+      if (r.status != LinkStatus::Progress) break;
+      got.insert(got.end(), buf.begin(), buf.begin() + r.bytes);
+    }
+    EXPECT_EQ(got, set.stream) << "seed " << seed;
+    const PeerCounters c = p.a->counters().snapshot();
+    EXPECT_EQ(c.payloadSent, set.payloadBytes) << "seed " << seed;
+    EXPECT_EQ(c.wireSent, set.stream.size()) << "seed " << seed;
+    EXPECT_FALSE(p.a->txPartial);
+  }
 }
 
 TEST(LinkPeek, SeesWithoutConsuming) {

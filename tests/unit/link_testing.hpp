@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "transport/link.hpp"
@@ -19,6 +21,29 @@ struct Message {
 inline size_t payloadOf(const Message& m) {
   return wire::carriesPayload(m.header.kind) ? m.payload.size() : 0;
 }
+
+// Passes everything to the link it wraps; a test overrides what it watches.
+class ForwardingLink : public Link {
+ public:
+  explicit ForwardingLink(std::unique_ptr<Link> inner)
+      : Link(inner->peer(), inner->lane(), inner->address()), inner_(std::move(inner)) {}
+  LinkIo writev(const iovec* iov, int n) override { return inner_->writev(iov, n); }
+  LinkIo readv(const iovec* iov, int n) override { return inner_->readv(iov, n); }
+  LinkIo peek(uint8_t* buf, size_t n) override { return inner_->peek(buf, n); }
+  bool shortReadDrains() const override { return inner_->shortReadDrains(); }
+  bool framesShareWrites() const override { return inner_->framesShareWrites(); }
+  std::string errorText() const override { return inner_->errorText(); }
+  int pollFd() const override { return inner_->pollFd(); }
+  short pollEvents(bool r, bool w) const override { return inner_->pollEvents(r, w); }
+  int writePollFd() const override { return inner_->writePollFd(); }
+  short writePollEvents() const override { return inner_->writePollEvents(); }
+  void afterWake() override { inner_->afterWake(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+  bool open() const override { return inner_->open(); }
+
+ private:
+  std::unique_ptr<Link> inner_;
+};
 
 // Sends one message, waiting for room whenever the link is full.
 inline LinkStatus sendFrame(Link& link, const wire::MessageHeader& h, const uint8_t* payload,

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "link_testing.hpp"
 #include "transport/link.hpp"
 
 namespace tccl {
@@ -504,6 +505,125 @@ TEST(P2P, TheGraceCountsFromTheLastPost) {
     w.engines[0]->wait(t);
     w.engines[1]->wait(others[static_cast<size_t>(i)]);
   }
+}
+
+// A link that counts its writes (what it carries goes to the link it wraps; the frames'
+// byte counts are its own, as TxFrame counts on the link it is given).
+class CountingLink final : public testing::ForwardingLink {
+ public:
+  using ForwardingLink::ForwardingLink;
+  LinkIo writev(const iovec* iov, int iovcnt) override {
+    writes++;
+    return ForwardingLink::writev(iov, iovcnt);
+  }
+  std::atomic<int> writes{0};
+};
+
+// Rank 0's link to rank 1 counts its writes.
+CountingLink& countWrites(World& w) {
+  auto counting = std::make_unique<CountingLink>(std::move(w.sources[0].links_[1]));
+  CountingLink& c = *counting;
+  w.sources[0].links_[1] = std::move(counting);
+  return c;
+}
+
+// A window of sendAsync posted back to back, then waited on (osu_bw's pattern): the
+// first moves at once, the rest leave together, several frames to a writev. The data
+// and the byte counts are exact; without the batching this takes a write per message.
+TEST(P2P, ABurstOfSmallSendsSharesWrites) {
+  const int count = 64;
+  World w(2, 0, 256 * 1024);
+  CountingLink& link = countWrites(w);
+  w.run([&](int r) {
+    auto& e = *w.engines[r];
+    std::vector<uint64_t> vals(count);
+    std::vector<P2PHandle> ops;
+    if (r == 1) {
+      for (int i = 0; i < count; ++i) {
+        ops.push_back(P2PEngine::makeRecv(&vals[i], 8, 0, i % 5, soon(), 20000));
+        e.post(ops.back());
+      }
+    } else {
+      for (int i = 0; i < count; ++i) vals[i] = 0x10001ull * i + 3;
+      for (int i = 0; i < count; ++i) {
+        ops.push_back(P2PEngine::makeSend(&vals[i], 8, 1, i % 5, soon(), 20000));
+        e.post(ops.back());  // one post at a time, each its own call
+      }
+    }
+    e.waitAll(ops);
+    if (r == 1) {
+      for (int i = 0; i < count; ++i) ASSERT_EQ(vals[i], 0x10001ull * i + 3) << i;
+    }
+  });
+  // Two writes when each post follows the last within the burst gap; a post delayed
+  // past it (a preempted thread) starts a new burst. Far fewer than 64 either way.
+  EXPECT_LE(link.writes.load(), 16);
+  EXPECT_GE(link.writes.load(), 1);
+  EXPECT_EQ(link.counters().wireSent.load(),
+            static_cast<uint64_t>(count) * (wire::kHeaderSize + 8));
+}
+
+// The burst rule, with the post times set by the caller (P2POp::posted): a post that
+// follows the last within the burst gap waits for the next drive; one after a longer
+// gap moves at once, and takes the waiting ones along in the same write.
+TEST(P2P, APostInABurstWaitsForTheNextDrive) {
+  P2PConfig c;
+  c.graceMicros = 10'000'000;  // the progress thread stays out of the test
+  World w(2, 0, 256 * 1024, c);
+  CountingLink& link = countWrites(w);
+  std::vector<uint64_t> vals = {11, 22, 33}, in(3);
+  std::vector<P2PHandle> sends;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    sends.push_back(P2PEngine::makeSend(&vals[i], 8, 1, 4, soon(), 20000));
+  }
+  sends[0]->posted = t0;
+  sends[1]->posted = t0 + 1us;  // within the gap: part of a burst
+  sends[2]->posted = t0 + 1s;   // long after: moves at once
+  w.engines[0]->post(sends[0]);
+  EXPECT_TRUE(sends[0]->done()) << "the first post of a burst moves at once";
+  EXPECT_EQ(link.writes.load(), 1);
+  w.engines[0]->post(sends[1]);
+  EXPECT_FALSE(sends[1]->done()) << "a post within the gap waits for the next drive";
+  EXPECT_EQ(link.writes.load(), 1);
+  w.engines[0]->post(sends[2]);
+  EXPECT_TRUE(sends[1]->done() && sends[2]->done());
+  EXPECT_EQ(link.writes.load(), 2) << "the two waiting sends share one write";
+  std::vector<P2PHandle> recvs;
+  for (int i = 0; i < 3; ++i) {
+    recvs.push_back(P2PEngine::makeRecv(&in[i], 8, 0, 4, soon(), 20000));
+  }
+  w.engines[1]->post(recvs);
+  w.engines[1]->waitAll(recvs);
+  EXPECT_EQ(in, vals);
+}
+
+// A burst nobody waits on still leaves: the progress thread takes it up once the grace
+// ends, however many posts were held back (a burst holds back at most a write's worth).
+TEST(P2P, ABurstNobodyWaitsOnStillLeaves) {
+  World w(2, 7, 16 * 1024);
+  const int count = 300;
+  std::vector<uint32_t> out(count), in(count);
+  std::vector<P2PHandle> sends, recvs;
+  for (int i = 0; i < count; ++i) {
+    out[i] = 1000003u * i;
+    recvs.push_back(P2PEngine::makeRecv(&in[i], 4, 0, 2, soon(), 20000));
+  }
+  w.engines[1]->post(recvs);
+  for (int i = 0; i < count; ++i) {
+    sends.push_back(P2PEngine::makeSend(&out[i], 4, 1, 2, soon(), 20000));
+    w.engines[0]->post(sends.back());
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  auto allDone = [&] {
+    for (int i = 0; i < count; ++i) {
+      if (!sends[i]->done() || !recvs[i]->done()) return false;
+    }
+    return true;
+  };
+  while (!allDone() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(allDone());
+  EXPECT_EQ(in, out);
 }
 
 TEST(P2P, ClosedPeerFailsItsReceives) {

@@ -26,6 +26,7 @@ namespace tccl {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ForwardingLink;
 using testing::Message;
 using testing::payloadOf;
 using testing::recvFrame;
@@ -104,34 +105,23 @@ TEST(StripePlan, SenderStripesDataFromItsThresholdAndNeverBelowTheFloor) {
 // ---- StripedLink over in-memory links --------------------------------------------------
 
 // Forwards to an in-memory link and counts the bytes that crossed it.
-class CountingLink final : public Link {
+class CountingLink final : public ForwardingLink {
  public:
   CountingLink(std::unique_ptr<Link> inner, std::atomic<uint64_t>* sent,
                std::atomic<uint64_t>* recv)
-      : Link(inner->peer(), inner->lane(), inner->address()),
-        inner_(std::move(inner)),
-        sent_(sent),
-        recv_(recv) {}
+      : ForwardingLink(std::move(inner)), sent_(sent), recv_(recv) {}
   LinkIo writev(const iovec* iov, int n) override {
-    const LinkIo io = inner_->writev(iov, n);
+    const LinkIo io = ForwardingLink::writev(iov, n);
     if (io.status == LinkStatus::Progress) *sent_ += io.bytes;
     return io;
   }
   LinkIo readv(const iovec* iov, int n) override {
-    const LinkIo io = inner_->readv(iov, n);
+    const LinkIo io = ForwardingLink::readv(iov, n);
     if (io.status == LinkStatus::Progress) *recv_ += io.bytes;
     return io;
   }
-  LinkIo peek(uint8_t* buf, size_t n) override { return inner_->peek(buf, n); }
-  std::string errorText() const override { return inner_->errorText(); }
-  int pollFd() const override { return inner_->pollFd(); }
-  short pollEvents(bool r, bool w) const override { return inner_->pollEvents(r, w); }
-  void afterWake() override { inner_->afterWake(); }
-  void shutdownWrite() override { inner_->shutdownWrite(); }
-  bool open() const override { return inner_->open(); }
 
  private:
-  std::unique_ptr<Link> inner_;
   std::atomic<uint64_t>* sent_;
   std::atomic<uint64_t>* recv_;
 };
