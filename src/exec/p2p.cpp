@@ -214,8 +214,7 @@ void P2PEngine::postThenWait(std::span<const P2PHandle> ops, std::span<const P2P
     std::lock_guard<std::mutex> lk(mu_);
     if (waits) {
       callersWaiting_++;
-      burstPostNs_ = 0;  // a wait ends a burst of posts
-      burstDeferred_ = 0;
+      endBurstLocked();
     }
     for (const P2PHandle& op : ops) postLocked(op, completed);
     if (!ops.empty()) lastPostNs_.store(steadyNs(ops.back()->posted), std::memory_order_relaxed);
@@ -292,6 +291,7 @@ void P2PEngine::waitAll(std::span<const P2PHandle> ops) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_++;
+    endBurstLocked();
     kickDriver = driving_;
   }
   if (kickDriver) kick();  // a driving progress thread hands the driving over

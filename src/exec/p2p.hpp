@@ -305,6 +305,10 @@ class P2PEngine {
   // (postThenWait).
   int64_t burstPostNs_ = 0;
   int burstDeferred_ = 0;
+  void endBurstLocked() {  // a wait ends a burst of posts
+    burstPostNs_ = 0;
+    burstDeferred_ = 0;
+  }
   // pumpTx's scratch for the frames one writev carries behind a link's frame in flight
   // (mu_, held by the one driving thread).
   std::array<Tx, TxFrame::kMaxFramesPerWrite - 1> txMore_;

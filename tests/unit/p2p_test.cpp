@@ -571,15 +571,16 @@ TEST(P2P, APostInABurstWaitsForTheNextDrive) {
   c.graceMicros = 10'000'000;  // the progress thread stays out of the test
   World w(2, 0, 256 * 1024, c);
   CountingLink& link = countWrites(w);
-  std::vector<uint64_t> vals = {11, 22, 33}, in(3);
+  std::vector<uint64_t> vals = {11, 22, 33, 44}, in(4);
   std::vector<P2PHandle> sends;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < vals.size(); ++i) {
     sends.push_back(P2PEngine::makeSend(&vals[i], 8, 1, 4, soon(), 20000));
   }
   sends[0]->posted = t0;
-  sends[1]->posted = t0 + 1us;  // within the gap: part of a burst
-  sends[2]->posted = t0 + 1s;   // long after: moves at once
+  sends[1]->posted = t0 + 1us;       // within the gap: part of a burst
+  sends[2]->posted = t0 + 1s;        // long after: moves at once
+  sends[3]->posted = t0 + 1s + 1us;  // within the gap, but after a wait
   w.engines[0]->post(sends[0]);
   EXPECT_TRUE(sends[0]->done()) << "the first post of a burst moves at once";
   EXPECT_EQ(link.writes.load(), 1);
@@ -589,8 +590,12 @@ TEST(P2P, APostInABurstWaitsForTheNextDrive) {
   w.engines[0]->post(sends[2]);
   EXPECT_TRUE(sends[1]->done() && sends[2]->done());
   EXPECT_EQ(link.writes.load(), 2) << "the two waiting sends share one write";
+  w.engines[0]->wait(sends[2]);  // done already: it only ends the burst
+  w.engines[0]->post(sends[3]);
+  EXPECT_TRUE(sends[3]->done()) << "a wait ends a burst: the next post moves at once";
+  EXPECT_EQ(link.writes.load(), 3);
   std::vector<P2PHandle> recvs;
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < vals.size(); ++i) {
     recvs.push_back(P2PEngine::makeRecv(&in[i], 8, 0, 4, soon(), 20000));
   }
   w.engines[1]->post(recvs);
