@@ -177,19 +177,19 @@ struct Communicator::Impl {
     // The progress thread sleeps in poll(2) on both: wakeFd (an eventfd) says "look
     // again" (a call to run, the end); graceFd (a timerfd) wakes it when a call issued to
     // an idle queue may be its own (graceUntil), so that a call waited on at once wakes no
-    // thread at all. The timer is lazy: a waiter that runs its call leaves it armed (unless
-    // it would fire before the next call is likely taken too: runQueued), and a
-    // call issued while it is armed does not touch it (the two timerfd_settime calls took
-    // 14 % of a world-1 torch loop's samples: docs/PERFORMANCE.md, "Through torch: the lazy
-    // grace timer and the lazy future"); the progress thread, when it fires early, arms it
-    // again for the front call's graceUntil.
+    // thread at all. The timer is lazy: a waiter that runs its call leaves it armed (or
+    // pushes it a grace on, if it would fire before the next call is likely taken too:
+    // runQueued), and a call issued while it is armed does not touch it (the two
+    // timerfd_settime calls took 14 % of a world-1 torch loop's samples:
+    // docs/PERFORMANCE.md, "Through torch: the lazy grace timer and the lazy future"); the
+    // progress thread, when it fires early, arms it again for the front call's graceUntil.
     int wakeFd = -1;
     int graceFd = -1;
     void wake() const;
     void armGrace(std::chrono::steady_clock::time_point until);  // sets armedFor
-    void disarmGrace();                                          // clears armedFor
-    // What graceFd is armed for; {} once the progress thread has read its expiry, once a
-    // waiter disarmed it, or before the first arming: only then does anyone arm it again.
+    // What graceFd is armed for; {} once the progress thread has read its expiry, or
+    // before the first arming: only then does a call issued to an idle queue arm it (a
+    // waiter may push it later: runQueued).
     std::chrono::steady_clock::time_point armedFor{};
     std::deque<std::pair<PreparedCall, WorkPtr>> pending;
     int64_t seq = 0;    // the next collective's number

@@ -3,6 +3,7 @@
 // queued, else on the progress thread; execute runs one call in named steps (see
 // docs/architecture.md, "Life of an all-reduce").
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -64,12 +65,6 @@ void Communicator::Impl::Queue::wake() const {
   const uint64_t one = 1;
   // Only EAGAIN can fail it (the counter at its maximum: a wake-up is pending anyway).
   [[maybe_unused]] const ssize_t n = ::write(wakeFd, &one, sizeof one);
-}
-
-void Communicator::Impl::Queue::disarmGrace() {
-  const itimerspec zero{};
-  ::timerfd_settime(graceFd, 0, &zero, nullptr);
-  armedFor = {};
 }
 
 void Communicator::Impl::Queue::armGrace(std::chrono::steady_clock::time_point until) {
@@ -144,6 +139,9 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
 }
 
 void Communicator::Impl::progressLoop() {
+  // Named, so that top -H, gdb and /proc show which thread is the call queue's (and a test
+  // can count its wake-ups: Async.AStreamOfWaitedCallsNeverWakesTheProgressThread).
+  ::pthread_setname_np(::pthread_self(), "tccl-progress");
   auto idleSince = std::chrono::steady_clock::now();
   for (;;) {
     std::pair<PreparedCall, WorkPtr> task;
@@ -207,23 +205,27 @@ void Communicator::Impl::runQueued(const WorkPtr& work) {
     queue.pending.pop_front();
     queue.graceUntil = {};
     queue.busy = true;
-    // It is taken. The timer stays armed (lazy: disarming it at every call would cost
+    // It is taken. The timer stays armed (lazy: touching it at every call would cost
     // each a system call), unless it would fire before the next call is likely taken
     // too: nothing else is queued, and its expiry is nearer than a quarter of the grace
-    // or four times the time since the last call taken this way (calls come at an
-    // uneven pace). Then it is disarmed (one system call here and one at the next
-    // call's issue: about once per grace for calls less than a quarter of the grace
-    // apart, at every call for sparser ones), since its firing would only wake
-    // the progress thread to find nothing to run, and on a few shared cores that
-    // wake-up takes a core from a rank: async+wait cost 20.9 against 18.6 us per call
-    // at world 2 and 103.7 against 81.7 us at world 4 with the timer firing against
-    // quiet (bench/async_grace_ab.py; docs/PERFORMANCE.md, 2026-12-05).
+    // or twice the time since the last call taken this way (calls come at an uneven
+    // pace). Its firing would only wake the progress thread to find nothing to run, and
+    // on a few shared cores that wake-up takes a core from a rank (async+wait cost 20.9
+    // against 18.6 us per call at world 2 and 103.7 against 81.7 us at world 4 with the
+    // timer firing against quiet: bench/async_grace_ab.py; docs/PERFORMANCE.md,
+    // 2026-12-05). So it is pushed to a grace from now: one system call, and the next
+    // call issued to this idle queue (its grace ends later than that) finds it armed and
+    // arms nothing; if it fires before that call's grace ends, the progress thread arms
+    // it again for it. Disarming it instead cost two (here, and at the next call's
+    // issue), at every call once calls were more than a quarter of the grace apart, and
+    // one timerfd_settime takes about 1.9 us in this VM (docs/PERFORMANCE.md,
+    // 2026-12-06 evening).
     const auto now = std::chrono::steady_clock::now();
     const auto never = std::chrono::steady_clock::time_point{};
     if (queue.pending.empty() && queue.armedFor != never && queue.lastTaken != never &&
         queue.armedFor - now < std::max<std::chrono::steady_clock::duration>(
-                                   queue.grace / 4, 4 * (now - queue.lastTaken))) {
-      queue.disarmGrace();
+                                   queue.grace / 4, 2 * (now - queue.lastTaken))) {
+      queue.armGrace(now + queue.grace);
     }
     queue.lastTaken = now;
   }

@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -212,24 +217,90 @@ TEST(Async, TheLazyGraceTimerStillGivesEachCallItsGraceThenRunsIt) {
   }
 }
 
-// Two waited calls 90 ms apart: the first arms the timer for 300 ms, the second's waiter
-// disarms it (it would fire within four gaps: runQueued). Then, at once, a call nobody
-// waits on: it must arm the timer itself, so it still gets its whole grace and then starts,
-// about 300 ms after its issue. Had it found the timer marked armed, nothing would take it
-// before the progress thread's 1 s linger ran out (800-900 ms after its issue: the
-// thread has slept since the first call, as no timer fired).
-TEST(Async, AWaiterThatDisarmsTheTimerLeavesTheNextCallItsGraceAndItsStart) {
-  constexpr auto kGrace = 300ms;
-  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "300000");
+// A waiter pushes the timer a grace on from its own start when it would fire within two
+// gaps (runQueued). Here, with a 400 ms grace: a call nobody waits on first (the progress
+// thread runs it at its grace's end, and so will look again by the end of its 1 s linger
+// from then, not from its start); then two waited calls 200 ms apart: the first arms the
+// timer for 400 ms, the second's waiter pushes it to 400 ms from its start. Then, at once,
+// a call nobody waits on: it finds the timer armed for just before its own grace's end, so
+// it arms nothing; the timer fires a moment early and the progress thread arms it again
+// for the call, which starts about 400 ms after its issue. A timer pushed one grace too
+// far would start it 800 ms after its issue (past the bound of 400 + 300 ms), and one
+// left unpushed or pushed too little would wake the thread early, which still leaves the
+// call its grace (the next test counts those wake-ups).
+TEST(Async, AWaiterThatPushesTheTimerLeavesTheNextCallItsGraceAndItsStart) {
+  constexpr auto kGrace = 400ms;
+  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "400000");
   runRanks(2, [&](Communicator& comm) {
+    {
+      std::vector<int32_t> v(3, comm.rank() + 5);
+      WorkPtr w = comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum);
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);  // not waited on
+      ASSERT_TRUE(w->isCompleted());
+      w->wait();
+      for (int32_t x : v) ASSERT_EQ(x, 11);
+    }
     for (int i = 0; i < 2; ++i) {
-      if (i == 1) std::this_thread::sleep_for(90ms);
+      if (i == 1) std::this_thread::sleep_for(200ms);
       std::vector<int32_t> v(3, comm.rank() + i);
       comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum)->wait();
       for (int32_t x : v) ASSERT_EQ(x, 1 + 2 * i);
     }
-    expectLeftToItsGraceThenRun(comm, kGrace, 500ms);
+    expectLeftToItsGraceThenRun(comm, kGrace, 300ms);
   });
+}
+
+// The voluntary context switches of this process's call-queue threads (named
+// tccl-progress: progressLoop), summed: one per sleep, so one per wake-up.
+int64_t progressThreadSleeps() {
+  int64_t total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "tccl-progress") continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      constexpr std::string_view kKey = "voluntary_ctxt_switches:";
+      if (line.rfind(kKey, 0) == 0) total += std::stoll(line.substr(kKey.size()));
+    }
+  }
+  return total;
+}
+
+// A stream of calls waited on at once, 25 ms apart with a 60 ms grace (more than a quarter
+// of the grace apart): each waiter pushes the timer a grace on, so it never fires and the
+// progress threads sleep through the stream. Left alone, the timer would fire about every
+// 60 ms, waking each rank's thread 8 times or so in the 24 calls' 600 ms; pushed to
+// sooner than its next take, it would fire at every call.
+TEST(Async, AStreamOfWaitedCallsNeverWakesTheProgressThread) {
+  tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "60000");
+  std::barrier sync(2);
+  std::atomic<int64_t> before{-1}, after{-1};
+  runRanks(2, [&](Communicator& comm) {
+    auto call = [&](int i) {
+      std::vector<int32_t> v(5, comm.rank() * 3 + i);
+      comm.allreduceAsync(std::span<int32_t>(v), ReduceOp::Sum)->wait();
+      for (int32_t x : v) ASSERT_EQ(x, 3 + 2 * i);
+    };
+    call(0);  // starts this rank's progress thread, which goes to sleep
+    std::this_thread::sleep_for(20ms);
+    sync.arrive_and_wait();
+    if (comm.rank() == 0) before = progressThreadSleeps();
+    sync.arrive_and_wait();
+    for (int i = 1; i <= 24; ++i) {
+      std::this_thread::sleep_for(25ms);
+      call(i);
+    }
+    sync.arrive_and_wait();
+    if (comm.rank() == 0) after = progressThreadSleeps();
+  });
+  ASSERT_GE(before.load(), 2);  // both threads found, and asleep
+  // A slow machine may stretch one gap past the timer; the rule's failures wake a thread
+  // at every grace or every call.
+  EXPECT_LE(after.load() - before.load(), 2) << "progress-thread sleeps before " << before.load();
 }
 
 // Issued, then the communicator ends within the grace: the end runs it (the destructor
