@@ -272,9 +272,9 @@ int64_t progressThreadSleeps() {
 
 // A stream of calls waited on at once, 25 ms apart with a 60 ms grace (more than a quarter
 // of the grace apart): each waiter pushes the timer a grace on, so it never fires and the
-// progress threads sleep through the stream. Left alone, the timer would fire about every
-// 60 ms, waking each rank's thread 8 times or so in the 24 calls' 600 ms; pushed to
-// sooner than its next take, it would fire at every call.
+// progress threads sleep through the stream. Left alone, the timer fires once a grace or
+// so after the last firing and wakes the threads again and again (7 wake-ups in all in a
+// run here); pushed to an eighth of the grace ahead, more often still (11).
 TEST(Async, AStreamOfWaitedCallsNeverWakesTheProgressThread) {
   tccl::testing::ScopedEnv grace("TCCL_ASYNC_GRACE_US", "60000");
   std::barrier sync(2);
