@@ -361,7 +361,8 @@ class TcclWork final : public c10d::Work {
     state_->completer = std::move(completer);
     // The callback holds every tensor the collective touches (tccl keeps it until it has
     // run; they are in the state), and never this Work or work_: the c10d Work may be dropped
-    // before the collective ends. One shared pointer: std::function keeps it inline.
+    // before the collective ends. (std::function allocates even for this one shared pointer:
+    // libstdc++ keeps only trivially copyable callables inline.)
     work_->onComplete(
         [state = state_](const tccl::Error* error) { State::completed(state, error); });
   }
