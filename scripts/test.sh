@@ -36,9 +36,9 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -- -LE torch_suite_full
 if [ "${TCCL_TEST_QUICK:-0}" != 1 ]; then
   # The sanitizer builds: Debug (assertions on) at -O1, as the sanitizers' own docs advise
   # for speed; -O0 took 25 min for the ASan stage's tests here, -O1 20 (docs/testing.md).
-  # For CI's time: -g1 (line tables, all a sanitizer's report needs), and the test
-  # programs' own code at -O0 (TCCL_TEST_CXX_FLAGS; the library stays at -O1), which
-  # compiles about 3x faster (docs/testing.md has the build and test times).
+  # For CI's time: -g1 (line tables, all a sanitizer's report needs), and the two test
+  # binaries' own code at -O0 (TCCL_TEST_CXX_FLAGS; the library, the CLI and the workers
+  # stay at -O1), which compiles about 3x faster (docs/testing.md has the times).
   san=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DTCCL_TEST_CXX_FLAGS=-O0)
   # The netns timing cases (ratelimit, nsocks) measure seconds on rate-limited links:
   # meaningless, and slow, under the sanitizers (the other netns cases do run under
