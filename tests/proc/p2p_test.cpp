@@ -37,6 +37,12 @@ struct Case {
   const char* bytes;
 };
 
+// CTest's name for a case ends with gtest's print of its parameter: without this, the bytes of
+// the pointer, which change with every build.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "world " << c.world << ", " << c.bytes << " bytes";
+}
+
 class Exchange : public ::testing::TestWithParam<Case> {};
 
 // Everyone posts a send to the right and a receive from the left, then waits (the
@@ -53,7 +59,11 @@ INSTANTIATE_TEST_SUITE_P(Grid, Exchange,
                          ::testing::Values(Case{2, "0"}, Case{2, "1"}, Case{2, "65536"},
                                            Case{2, "67108864"}, Case{3, "1"}, Case{3, "65536"},
                                            Case{4, "67108864"}, Case{5, "0"}, Case{8, "1"},
-                                           Case{8, "65536"}, Case{8, "67108864"}));
+                                           Case{8, "65536"}, Case{8, "67108864"}),
+                         [](const ::testing::TestParamInfo<Case>& c) {
+                           return "world" + std::to_string(c.param.world) + "_bytes" +
+                                  c.param.bytes;
+                         });
 
 // TCCL_P2P_CHUNK_BYTES: a rendezvous payload goes in chunks of that many bytes (an odd
 // size, so the last chunk is short and no chunk is aligned), exact data, and the
