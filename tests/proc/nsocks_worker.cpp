@@ -62,7 +62,8 @@ std::string ipPort(const sockaddr_storage& a) {
 
 struct SocketBytes {
   std::string peer;
-  uint64_t bytes = 0;  // acked + received
+  uint64_t bytes = 0;    // acked + received
+  uint32_t unacked = 0;  // segments sent and not yet acknowledged
 };
 
 // This process's TCP connections whose far end is one of `listeners` (we dialled it) or
@@ -85,7 +86,7 @@ std::vector<SocketBytes> rankSockets(const std::set<std::string>& listeners,
     tcp_info ti{};
     socklen_t tl = sizeof ti;
     if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0) die("TCP_INFO failed");
-    out.push_back({r, ti.tcpi_bytes_acked + ti.tcpi_bytes_received});
+    out.push_back({r, ti.tcpi_bytes_acked + ti.tcpi_bytes_received, ti.tcpi_unacked});
   }
   ::closedir(d);
   return out;
@@ -114,7 +115,16 @@ void runSockets(Communicator& comm, size_t count) {
     if (p > r) listeners.insert(comm.store()->getString(prefix + std::to_string(p)));
   }
   const std::string mine = comm.store()->getString(prefix + std::to_string(r));
-  const std::vector<SocketBytes> socks = rankSockets(listeners, mine);
+  // A rank's call ends once its own receives are in, when the last segment it sent may
+  // still wait for its acknowledgement (a delayed ACK: these sockets carry data one way),
+  // and bytes_acked lacks it. So look again until nothing is unacknowledged (at most 5 s).
+  std::vector<SocketBytes> socks = rankSockets(listeners, mine);
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::any_of(socks.begin(), socks.end(), [](const SocketBytes& s) { return s.unacked; }) &&
+         std::chrono::steady_clock::now() < giveUp) {
+    ::usleep(2000);
+    socks = rankSockets(listeners, mine);
+  }
   std::map<std::string, int> perPeer;
   uint64_t lo = UINT64_MAX, hi = 0;
   for (const SocketBytes& s : socks) {
