@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/expected_bytes.hpp"
@@ -122,7 +123,7 @@ void runSockets(Communicator& comm, size_t count) {
   const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (std::any_of(socks.begin(), socks.end(), [](const SocketBytes& s) { return s.unacked; }) &&
          std::chrono::steady_clock::now() < giveUp) {
-    ::usleep(2000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     socks = rankSockets(listeners, mine);
   }
   std::map<std::string, int> perPeer;
