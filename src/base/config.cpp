@@ -90,9 +90,10 @@ std::optional<Algorithm> allreduceAlgorithm() {
 
 std::optional<int64_t> spinMicros() { return getEnvInt("TCCL_SPIN_US", 0, 10'000'000); }
 
-int socketBufferBytes() {
+std::optional<int> socketBufferBytes() {
   auto v = getEnvInt("TCCL_SOCKET_BUFFER", 0, 1 << 30);
-  return v ? static_cast<int>(*v) : 0;
+  if (!v) return std::nullopt;
+  return static_cast<int>(*v);
 }
 
 int nsocks() { return static_cast<int>(getEnvInt("TCCL_NSOCKS", 1, kMaxNsocks).value_or(1)); }

@@ -36,8 +36,12 @@ constexpr size_t kDefaultSegmentBytes = 1024 * 1024;
 std::optional<Algorithm> allreduceAlgorithm();
 // TCCL_SPIN_US: microseconds to busy-poll before sleeping in poll(2).
 std::optional<int64_t> spinMicros();
-// TCCL_SOCKET_BUFFER: SO_SNDBUF/SO_RCVBUF in bytes (0 = kernel autotuning).
-int socketBufferBytes();
+// TCCL_SOCKET_BUFFER: SO_SNDBUF and SO_RCVBUF in bytes for every rank-to-rank socket
+// (0: the kernel's autotuning for both). Unset: the collectives' links between two ranks
+// of one host get an SO_SNDBUF of kSameHostSendBuffer and autotune their receive side;
+// every other link autotunes both (docs/env.md says why).
+std::optional<int> socketBufferBytes();
+constexpr int kSameHostSendBuffer = 256 * 1024;
 // TCCL_NSOCKS: TCP connections per peer on the collectives' lane, 1..kMaxNsocks
 // (default 1: one TcpLink per peer, as before; docs/nsocks.md). Every rank must agree.
 int nsocks();

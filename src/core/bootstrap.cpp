@@ -175,6 +175,12 @@ constexpr int64_t kDefaultSpinMicros = 50;
 
 namespace bootstrap {
 
+void configureBuffers(TransportConfig& tc) {
+  const std::optional<int> fixed = config::socketBufferBytes();
+  tc.socketBufferBytes = fixed.value_or(0);
+  tc.sameHostSendBuffer = fixed ? 0 : config::kSameHostSendBuffer;
+}
+
 void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,
                        std::string* why) {
   tc.nsocks = config::nsocks();
@@ -223,7 +229,7 @@ void Communicator::Impl::openTransport() {
   tc.worldSize = b.size;
   tc.jobId = b.jobId;
   tc.commId = wire::hash64(b.options.name);
-  tc.socketBufferBytes = config::socketBufferBytes();
+  bootstrap::configureBuffers(tc);
   tc.maxPending = config::listenMaxPending();
   tc.handshakeTimeout = config::handshakeTimeout();
   // A vanished peer host is detected within the communicator's timeout by default: a

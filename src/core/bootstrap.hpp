@@ -48,6 +48,10 @@ std::optional<JobRecord> decodeJobRecord(const std::string& s);
 JobRecord joinJob(Store& store, int rank, const algo::LinkModel& model,
                   std::chrono::milliseconds timeout);
 
+// The sockets' buffer sizes (TCCL_SOCKET_BUFFER, or the default for same-host links:
+// config::socketBufferBytes) into `tc`.
+void configureBuffers(TransportConfig& tc);
+
 // Several sockets per peer (docs/nsocks.md): TCCL_NSOCKS, and from which payload size
 // the collectives' links stripe, TCCL_STRIPE_BYTES or else the cost model's choice
 // (algo::chooseStriping over the job's link model and segment size), into `tc`; `why`

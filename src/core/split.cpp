@@ -62,7 +62,7 @@ std::unique_ptr<Communicator::Impl> Communicator::Impl::attachChild(
   tc.worldSize = size;
   tc.jobId = b.jobId;
   tc.commId = wire::hash64(name);
-  tc.socketBufferBytes = config::socketBufferBytes();
+  bootstrap::configureBuffers(tc);
   bootstrap::configureStriping(tc, b.model, b.segmentBytes);
   b.hub = p.hub;
   b.transport = std::make_shared<Transport>(tc, b.store, p.hub);

@@ -134,6 +134,13 @@ bool isLoopbackAddress(const std::string& ip) {
 
 bool boundToLoopback(int fd) { return isLoopbackAddress(localAddress(fd).ip()); }
 
+bool sameHost(int fd) {
+  const SockAddr peer = peerAddress(fd);
+  if (peer.storage.ss_family != AF_INET && peer.storage.ss_family != AF_INET6) return false;
+  const std::string ip = peer.ip();
+  return isLoopbackAddress(ip) || ip == localAddress(fd).ip();
+}
+
 bool isLinkLocalV6(const std::string& ip) {
   uint8_t b[16];
   return parseAddress(ip, b) == AF_INET6 && b[0] == 0xFE && (b[1] & 0xC0) == 0x80;

@@ -39,6 +39,10 @@ bool isLoopbackAddress(const std::string& ip);
 // True when the listening (or connected) socket fd is bound to a loopback address; false for
 // a wildcard (0.0.0.0, ::) or any other address: it can be reached from beyond this host.
 bool boundToLoopback(int fd);
+// True when the connected TCP socket fd has both ends on this host: its peer's address is
+// a loopback address or the socket's own (Linux carries either over the loopback device).
+// False for an unconnected socket or another family.
+bool sameHost(int fd);
 // True for fe80::/10: such an address needs a scope that other hosts cannot share.
 bool isLinkLocalV6(const std::string& ip);
 // AF_INET, AF_INET6, or AF_UNSPEC when ip is not a numeric address.

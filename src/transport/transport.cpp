@@ -196,6 +196,10 @@ std::vector<int> Transport::connectedPeers(Lane lane) const {
 
 void Transport::addLink(Pending& p) {
   net::setBufferSizes(p.fd.get(), cfg_.socketBufferBytes, cfg_.socketBufferBytes);
+  if (cfg_.socketBufferBytes == 0 && cfg_.sameHostSendBuffer > 0 && p.lane == Lane::Collective &&
+      net::sameHost(p.fd.get())) {
+    net::setBufferSizes(p.fd.get(), cfg_.sameHostSendBuffer, 0);
+  }
   // A peer host that vanishes without a FIN fails the link, heartbeats or not.
   net::setDeadPeerTimeout(p.fd.get(), cfg_.deadPeerTimeout);
   std::unique_ptr<Link> l = std::make_unique<TcpLink>(p.peer, p.lane, p.address, std::move(p.fd));

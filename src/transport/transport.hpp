@@ -64,7 +64,10 @@ struct TransportConfig {
   uint64_t jobId = 0;
   uint64_t commId = 0;
   std::string listenAddress = "127.0.0.1";
-  int socketBufferBytes = 0;  // 0: kernel autotuning
+  int socketBufferBytes = 0;  // SO_SNDBUF and SO_RCVBUF of every link; 0: autotuning
+  // SO_SNDBUF of the collectives' links whose two ends are on this host (net::sameHost),
+  // where socketBufferBytes is 0; 0: autotuning (config::socketBufferBytes says why).
+  int sameHostSendBuffer = 0;
   // How long a p2p-lane dial may wait for the peer's address and its answer.
   std::chrono::milliseconds dialTimeout{60000};
   // The job's key (docs/security.md); null: connections are not authenticated. With

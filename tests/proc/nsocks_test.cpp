@@ -2,8 +2,9 @@
 // all-reduce algorithm exact with exact byte counts while large messages are striped
 // over 4 sockets per peer, with and without a job key; the sockets themselves (4 per ring
 // neighbour, each carrying its share); and ranks that disagree on TCCL_NSOCKS, refused
-// with an error naming the rank and both values. Every job runs under a hard deadline
-// after which its processes are SIGKILLed (harness.hpp).
+// with an error naming the rank and both values. The same socket listing checks the
+// socket buffers (TCCL_SOCKET_BUFFER and the same-host default). Every job runs under a
+// hard deadline after which its processes are SIGKILLed (harness.hpp).
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -101,6 +102,81 @@ TEST(NsocksProc, WithoutStripingEverythingStaysOnTheFirstSocket) {
     EXPECT_EQ(f["sockets"], 8) << job.records[r];
     EXPECT_LT(f["min_bytes"], 1 << 12) << "idle sockets carry only their handshake";
     EXPECT_GT(f["max_bytes"], 20ll << 20);
+  }
+}
+
+// Socket buffers (docs/env.md, TCCL_SOCKET_BUFFER), read back from every rank's own
+// sockets to its ring neighbours after a 16 MiB ring all-reduce. getsockopt reports
+// twice what was set (the kernel's bookkeeping share).
+Job socketsJob(int world, const proc::EnvList& env, bool p2p = false) {
+  JobSpec spec;
+  spec.worker = TCCL_NSOCKS_WORKER_PATH;
+  spec.world = world;
+  spec.args = {"sockets", "4194304"};
+  if (p2p) spec.args.push_back("p2p");
+  spec.extraEnv = env;
+  return runJob(spec);
+}
+
+// Unset: links between ranks of one host (all of them here, on loopback) send from a
+// fixed 256 KiB buffer and leave the receive side to the kernel's autotuning.
+TEST(SocketBuffersProc, SameHostLinksSendFromA256KiBBufferByDefault) {
+  for (int n : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(n));
+    Job job = socketsJob(n, {{"TCCL_SOCKET_BUFFER", ""}});
+    expectAllOk(job);
+    for (int r = 0; r < n; ++r) {
+      auto f = fields(job.records[r]);
+      EXPECT_EQ(f["sockets"], n == 2 ? 1 : 2) << job.records[r];
+      EXPECT_EQ(f["min_sndbuf"], 2 * 262144) << job.records[r];
+      EXPECT_EQ(f["max_sndbuf"], 2 * 262144) << job.records[r];
+      // Autotuned: 16 MiB went through, so the receive side grew past its initial size
+      // (tcp_rmem's default) and past the send side's fixed one, which a receive buffer
+      // set like the send buffer could not.
+      EXPECT_GT(f["max_rcvbuf"], 2 * 262144) << job.records[r];
+    }
+  }
+}
+
+// The point-to-point lane keeps autotuning both sides (a fixed send buffer cost 4 MiB
+// bandwidth there: docs/PERFORMANCE.md, 2026-12-07): after 16 MiB on each lane, the
+// sockets to the ring neighbours are the collectives' two at 512 KiB and the p2p lane's
+// two (to the same listeners), whose send buffers grew past that.
+TEST(SocketBuffersProc, PointToPointLinksKeepAutotuning) {
+  Job job = socketsJob(4, {{"TCCL_SOCKET_BUFFER", ""}}, /*p2p=*/true);
+  expectAllOk(job);
+  for (int r = 0; r < 4; ++r) {
+    auto f = fields(job.records[r]);
+    EXPECT_EQ(f["sockets"], 4) << job.records[r];
+    EXPECT_EQ(f["min_sndbuf"], 2 * 262144) << job.records[r];
+    EXPECT_GT(f["max_sndbuf"], 2 * 262144) << job.records[r];
+  }
+}
+
+// A value sets both buffers of every link.
+TEST(SocketBuffersProc, TcclSocketBufferSetsBothSidesOfEveryLink) {
+  Job job = socketsJob(4, {{"TCCL_SOCKET_BUFFER", "100000"}});
+  expectAllOk(job);
+  for (int r = 0; r < 4; ++r) {
+    auto f = fields(job.records[r]);
+    EXPECT_EQ(f["sockets"], 2) << job.records[r];
+    EXPECT_EQ(f["min_sndbuf"], 200000) << job.records[r];
+    EXPECT_EQ(f["max_sndbuf"], 200000) << job.records[r];
+    EXPECT_EQ(f["min_rcvbuf"], 200000) << job.records[r];
+    EXPECT_EQ(f["max_rcvbuf"], 200000) << job.records[r];
+  }
+}
+
+// 0: the kernel autotunes both sides, as it did before the default for same-host links:
+// the send buffers start at tcp_wmem's default and grow with the traffic, so they do not
+// all sit at the default's fixed 512 KiB.
+TEST(SocketBuffersProc, ZeroLeavesBothSidesToAutotuning) {
+  Job job = socketsJob(4, {{"TCCL_SOCKET_BUFFER", "0"}});
+  expectAllOk(job);
+  for (int r = 0; r < 4; ++r) {
+    auto f = fields(job.records[r]);
+    EXPECT_EQ(f["sockets"], 2) << job.records[r];
+    EXPECT_FALSE(f["min_sndbuf"] == 2 * 262144 && f["max_sndbuf"] == 2 * 262144) << job.records[r];
   }
 }
 

@@ -211,8 +211,12 @@ TEST(Config, SpinMicros) {
 
 TEST(Config, SocketBufferBytes) {
   {
-    ScopedEnv e("TCCL_SOCKET_BUFFER", nullptr);
-    EXPECT_EQ(socketBufferBytes(), 0);
+    ScopedEnv e("TCCL_SOCKET_BUFFER", nullptr);  // unset: the communicator's rule
+    EXPECT_EQ(socketBufferBytes(), std::nullopt);
+  }
+  {
+    ScopedEnv e("TCCL_SOCKET_BUFFER", "0");  // autotuning everywhere
+    EXPECT_EQ(socketBufferBytes(), std::optional<int>(0));
   }
   {
     ScopedEnv e("TCCL_SOCKET_BUFFER", "4194304");

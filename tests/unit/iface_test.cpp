@@ -457,3 +457,47 @@ TEST(CommunicatorIface, LoopbackRefusedWhenTheStoreIsReachableFromOtherHosts) {
 }
 
 }  // namespace
+
+// net::sameHost (the default socket buffers' test, docs/env.md TCCL_SOCKET_BUFFER): both
+// ends of a loopback connection, and of one to this host's own non-loopback address;
+// never a socket that is not connected.
+namespace {
+
+void expectSameHostPair(const std::string& host) {
+  SCOPED_TRACE(host);
+  Fd listener = listenOn(host, 0);
+  const uint16_t port = localAddress(listener.get()).port();
+  Fd client = connectWithRetry(host, port, Deadline::after(5s));
+  Fd server;
+  for (int i = 0; i < 5000 && !server.valid(); ++i) {
+    server = acceptNonBlocking(listener.get());
+    if (!server.valid()) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(server.valid());
+  EXPECT_TRUE(sameHost(client.get()));
+  EXPECT_TRUE(sameHost(server.get()));
+  EXPECT_FALSE(sameHost(listener.get())) << "a listener has no peer";
+}
+
+}  // namespace
+
+TEST(SameHost, BothEndsOfALoopbackConnection) {
+  expectSameHostPair("127.0.0.1");
+  expectSameHostPair("::1");
+}
+
+TEST(SameHost, BothEndsOfAConnectionToThisHostsOwnAddress) {
+  std::string own;
+  for (const Interface& i : listInterfaces()) {
+    if (i.up() && !i.loopback() && i.family == AF_INET) own = i.address;
+  }
+  if (own.empty()) GTEST_SKIP() << "no IPv4 address but loopback on this machine";
+  expectSameHostPair(own);
+}
+
+TEST(SameHost, NotForASocketWithoutAPeer) {
+  Fd unconnected(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(unconnected.valid());
+  EXPECT_FALSE(sameHost(unconnected.get()));
+  EXPECT_FALSE(sameHost(-1));
+}
