@@ -136,8 +136,8 @@ void runSockets(Communicator& comm, size_t count, bool p2p) {
     }
   }
   // The neighbours' listening addresses (a socket to one is one this rank dialled: on the
-  // collectives' lane the higher rank of a pair, on the p2p lane either), and this
-  // rank's own (a socket on it was dialled by a neighbour: only neighbours talk here).
+  // collectives' lane only a higher rank's, on the p2p lane either), and this rank's own
+  // (a socket on it was dialled by a neighbour: only neighbours talk here).
   std::set<std::string> listeners;
   const std::string prefix = "tccl/default/addr/";
   for (int p : {(r + 1) % n, (r + n - 1) % n}) {
