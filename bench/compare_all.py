@@ -7,12 +7,13 @@ alternates the contenders within each repetition, and prints markdown tables of 
 
     /usr/bin/python3 bench/compare_all.py [--worlds 2,4,8] [--reps 3] [--sizes 8,1M,64M] [--sweep]
 
-  Every contender runs out of place (separate input and output buffers), unpinned (mpirun
-  --bind-to none); any wrong element, failed or missing run ends the script with an error (but
+  Every contender but the rows marked in place runs out of place (separate input and output
+  buffers), unpinned (mpirun --bind-to none); any wrong element, failed or missing run ends the script with an error (but
   a torch gloo run that aborts, as torch 1.13's gloo does now and then, is tried again up to
   twice, said on stderr and listed with the tables).
 
-  compare: 8 B, 1 MiB and 64 MiB float32 sum all-reduce at each world: tccl auto, Open MPI
+  compare: 8 B, 1 MiB and 64 MiB float32 sum all-reduce at each world: tccl auto (out of place,
+           and in place: `tccl bench --inplace`, the row "in place: tccl auto"), Open MPI
            (mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo), Gloo ring and
            bcube (its halving-doubling-like algorithm) over 127.0.0.1, and through Python
            (bench/py_allreduce.py under `tccl launch`): torch.distributed with the tccl and the
@@ -59,10 +60,10 @@ def run(cmd, env=None):
     return out.stdout
 
 
-def tccl(world, size, algo):
+def tccl(world, size, algo, inplace=False):
     it, wu = iters_for(size)
     out = run([TCCL, "bench", "--world", str(world), "--sizes", str(size), "--algo", algo,
-               "--iters", str(it), "--warmup", str(wu), "--json"])
+               "--iters", str(it), "--warmup", str(wu), "--json"] + (["--inplace"] if inplace else []))
     rows = json.loads(out)["results"]
     # "ran": the algorithm that ran (for auto's row, the one it chose; "algo" says "auto:ring")
     return [(r["ran"], r["time_us"], r["busbw_gbps"], r["wrong"], r["requested"]) for r in rows]
@@ -156,6 +157,9 @@ def compare(worlds, reps, python=True, sizes=(8, 1 << 20, 64 << 20)):
                 print(f"[compare] rep {rep + 1}/{reps} world {w} size {s}", file=sys.stderr)
                 a, t, b, wrong, _ = tccl(w, s, "auto")[0]
                 res.setdefault((w, s, "tccl auto (" + a + ")"), []).append((t, b, wrong))
+                # In place too, as torch's rows run (named so that no "tccl" prefix matches it).
+                a, t, b, wrong, _ = tccl(w, s, "auto", inplace=True)[0]
+                res.setdefault((w, s, "in place: tccl auto (" + a + ")"), []).append((t, b, wrong))
                 res.setdefault((w, s, "Open MPI"), []).append(mpi(w, s))
                 for g in ("ring", "bcube"):
                     res.setdefault((w, s, "Gloo " + g), []).append(gloo(w, s, g))
@@ -195,8 +199,8 @@ def compare(worlds, reps, python=True, sizes=(8, 1 << 20, 64 << 20)):
     print()
     print("| world | 8 B: torch tccl / tccl C++ time | 8 B: import tccl / tccl C++ time | "
           "8 B: torch gloo / torch tccl time | 64 MiB: torch tccl / tccl C++ busbw | "
-          "64 MiB: torch tccl / torch gloo busbw |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "64 MiB: torch tccl / torch gloo busbw | 64 MiB, both in place: tccl C++ / torch gloo busbw |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for w in worlds:
         def m(s, prefix, i):
             return med([x[i] for (ww, ss, impl), v in res.items() if ww == w and ss == s and impl.startswith(prefix)
@@ -204,7 +208,8 @@ def compare(worlds, reps, python=True, sizes=(8, 1 << 20, 64 << 20)):
         big = 64 << 20
         print(f"| {w} | {m(8, 'torch tccl', 0) / m(8, 'tccl auto', 0):.2f} | {m(8, 'import tccl', 0) / m(8, 'tccl auto', 0):.2f} | "
               f"{m(8, 'torch gloo', 0) / m(8, 'torch tccl', 0):.2f} | {m(big, 'torch tccl', 1) / m(big, 'tccl auto', 1):.2f} | "
-              f"{m(big, 'torch tccl', 1) / m(big, 'torch gloo', 1):.2f} |")
+              f"{m(big, 'torch tccl', 1) / m(big, 'torch gloo', 1):.2f} | "
+              f"{m(big, 'in place: tccl', 1) / m(big, 'torch gloo', 1):.2f} |")
 
 
 # The fixed all-reduce algorithms on one host (hier needs several) and auto.

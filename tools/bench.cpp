@@ -15,7 +15,10 @@
 // max over ranks, from the transport's counters) and its ratio to the collective's
 // bandwidth-optimal bound. --op takes any name of the table (src/algorithms/
 // collective_spec.hpp: "allreduce", "all_reduce", "ar", ...) or sendrecv; the buffer
-// sizes, the root rule and the algorithms come from the table too.
+// sizes, the root rule and the algorithms come from the table too. --inplace runs each
+// collective in its in-place layout (the table's rule, as nccl-tests' in-place columns:
+// one buffer; all-gather and gather read block `rank` of the output, reduce-scatter and
+// scatter write block `rank` of the input).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -47,7 +50,8 @@ const std::vector<std::string> kValueOptions = {
     "world",      "sizes",         "minbytes", "maxbytes", "stepfactor", "dtype",
     "op",         "redop",         "root",     "algo",     "iters",      "warmup",
     "timeout-ms", "segment-bytes", "plot",     "scaling",  "skew"};
-const std::vector<std::string> kFlags = {"json", "csv", "crossover", "progress", "no-check"};
+const std::vector<std::string> kFlags = {"json",     "csv",      "crossover",
+                                         "progress", "no-check", "inplace"};
 
 // nccl-tests' short options.
 const std::map<std::string, std::string> kShort = {
@@ -75,6 +79,7 @@ struct BenchConfig {
   int64_t timeoutMs = 120000;
   int64_t segmentBytes = 0;
   bool json = false, csv = false, crossover = false, progress = false, check = true;
+  bool inPlace = false;  // --inplace: one buffer, the collective's in-place layout
   std::string plot;
   std::vector<int> scaling;
   int skew = 1;  // uneven collectives: rank 0's blocks are this many units (bench_uneven.hpp)
@@ -130,6 +135,16 @@ BenchConfig parseBench(const Args& a) {
   c.csv = a.flag("csv");
   c.progress = a.flag("progress");
   c.check = !a.flag("no-check");
+  c.inPlace = a.flag("inplace");
+  if (c.inPlace) {
+    // The layouts the collective table accepts (algo::classify); the others have none.
+    if (c.sendrecv) throw UsageError{"--inplace: sendrecv sends and receives separate buffers"};
+    const algo::CollectiveSpec& sp = algo::spec(c.coll);
+    if (noData) throw UsageError{"--inplace: " + c.collName + " moves no data"};
+    if (sp.uneven) throw UsageError{"--inplace is for the even collectives, not " + c.collName};
+    if (sp.inPlace == algo::InPlaceRule::Refused)
+      throw UsageError{"--inplace: " + c.collName + " has no in-place form"};
+  }
   c.plot = a.get("plot", "");
   c.skew = static_cast<int>(a.getInt("skew", 1, 1, 1 << 20));
   if (a.get("skew") && (c.sendrecv || !algo::spec(c.coll).uneven)) {
@@ -230,8 +245,7 @@ class Runner {
     if (uneven_) plan_ = planUneven(c_.coll, n, r, c_.root, count_, c_.skew);
     const size_t inElems = uneven_ ? plan_.inElems : inOf(count_);
     const size_t outElems = uneven_ ? plan_.outElems : outOf(count_);
-    in_.assign(inElems * elem, 0);
-    out_.assign(outElems * elem, 0);
+    placeBuffers(inElems * elem, outElems * elem);
     opts_ = {algo, std::nullopt};
     Row row;
     row.count = uneven_ ? blocks * count_ : std::max(inElems, outElems);
@@ -247,6 +261,9 @@ class Runner {
     } else {
       call();
     }
+    // In place, every call reduces the last one's result: zeros keep repeated sums and
+    // products finite (and the timed calls' data the same from call to call).
+    if (c_.inPlace) std::fill(in_.begin(), in_.end(), uint8_t{0});
     ran = lastAlgo_;
     sent_ = lastSent_;
     for (int i = 0; i < c_.warmup; ++i) call();
@@ -280,6 +297,40 @@ class Runner {
   }
 
  private:
+  // Out of place: an input and an output vector. In place: one vector of the larger
+  // size, and the two views of it the collective's rule gives (checked with the table's
+  // own classify, so that a layout the library would not take as in place fails here).
+  void placeBuffers(size_t inBytes, size_t outBytes) {
+    inBytes_ = inBytes;
+    outBytes_ = outBytes;
+    if (!c_.inPlace) {
+      in_.assign(inBytes, 0);
+      out_.assign(outBytes, 0);
+      inP_ = in_.data();
+      outP_ = out_.data();
+      return;
+    }
+    in_.assign(std::max(inBytes, outBytes), 0);
+    out_.clear();
+    inP_ = outP_ = in_.data();
+    const int n = comm_.size(), r = comm_.rank();
+    const size_t elem = dataTypeSize(c_.dtype);
+    const size_t mine = static_cast<size_t>(r) * count_ * elem;
+    switch (algo::spec(c_.coll).inPlace) {
+      case algo::InPlaceRule::InIsOutBlock:
+        inP_ += mine;
+        break;
+      case algo::InPlaceRule::OutIsInBlock:
+        outP_ += mine;
+        break;
+      default:
+        break;
+    }
+    if (algo::classify(c_.coll, inP_, outP_, count_, elem, n, r, c_.root) !=
+        algo::Placement::InPlace)
+      throwError(ErrorKind::InvalidArgument, "tccl bench: the in-place layout was not in place");
+  }
+
   // The bandwidth-optimal payload a rank must send, for the ratio column.
   // The bus-bandwidth factor of the larger buffer: 2(n-1)/n V for all-reduce, (n-1)/n of
   // the N blocks for reduce-scatter, all-gather, all-to-all (gather, scatter: the root's
@@ -297,37 +348,37 @@ class Runner {
   void prepareData() {
     const int n = comm_.size(), r = comm_.rank();
     const size_t elem = dataTypeSize(c_.dtype);
+    // The output first: in place, the input is a part of it (or all of it).
+    for (size_t k = 0; k < outBytes_ / elem; ++k) pattern::store(outP_, k, c_.dtype, -1);
     if (uneven_) {
-      fillUneven(c_.coll, plan_, n, r, c_.root, in_.data(), c_.dtype, c_.op);
-      for (size_t k = 0; k < out_.size() / elem; ++k) pattern::store(out_.data(), k, c_.dtype, -1);
+      fillUneven(c_.coll, plan_, n, r, c_.root, inP_, c_.dtype, c_.op);
       return;
     }
     const size_t B = count_ * elem;
     const DataType dt = c_.dtype;
-    const size_t inElems = in_.size() / elem;
+    const size_t inElems = inBytes_ / elem;
     if (c_.sendrecv) {
-      pattern::fillMoved(in_.data(), inElems, dt, r, (r + 1) % n, 0);
+      pattern::fillMoved(inP_, inElems, dt, r, (r + 1) % n, 0);
     } else {
       switch (c_.coll) {
         case Collective::AllReduce:
         case Collective::Reduce:
         case Collective::ReduceScatter:
-          pattern::fillReduce(in_.data(), inElems, dt, c_.op, r, n, 0);
+          pattern::fillReduce(inP_, inElems, dt, c_.op, r, n, 0);
           break;
         case Collective::AllToAll:
           for (int q = 0; q < n; ++q)
-            pattern::fillMoved(in_.data() + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
+            pattern::fillMoved(inP_ + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
           break;
         case Collective::Scatter:
           for (int q = 0; q < n && r == c_.root; ++q)
-            pattern::fillMoved(in_.data() + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
+            pattern::fillMoved(inP_ + static_cast<size_t>(q) * B, count_, dt, r, q, 0);
           break;
         default:  // broadcast, all-gather, gather: rank r's data
-          pattern::fillMoved(in_.data(), inElems, dt, r, 0, 0);
+          pattern::fillMoved(inP_, inElems, dt, r, 0, 0);
           break;
       }
     }
-    for (size_t k = 0; k < out_.size() / elem; ++k) pattern::store(out_.data(), k, dt, -1);
   }
 
   // The wrong elements of this rank's output, each compared with its closed form.
@@ -339,20 +390,19 @@ class Runner {
     auto movedFrom = [&](int src, int dst, const uint8_t* p) {
       return static_cast<double>(pattern::checkMoved(p, count_, dt, src, dst, 0).count);
     };
-    if (c_.sendrecv) return n > 1 ? movedFrom((r + n - 1) % n, r, out_.data()) : 0;
-    if (uneven_) return wrongUneven(c_.coll, plan_, n, r, c_.root, out_.data(), dt, c_.op);
+    if (c_.sendrecv) return n > 1 ? movedFrom((r + n - 1) % n, r, outP_) : 0;
+    if (uneven_) return wrongUneven(c_.coll, plan_, n, r, c_.root, outP_, dt, c_.op);
     switch (c_.coll) {
       case Collective::AllReduce:
-        return static_cast<double>(
-            pattern::checkReduce(out_.data(), count_, dt, c_.op, n, 0).count);
+        return static_cast<double>(pattern::checkReduce(outP_, count_, dt, c_.op, n, 0).count);
       case Collective::ReduceScatter:
         return static_cast<double>(
-            pattern::checkReduce(out_.data(), count_, dt, c_.op, n, static_cast<size_t>(r) * count_)
+            pattern::checkReduce(outP_, count_, dt, c_.op, n, static_cast<size_t>(r) * count_)
                 .count);
       case Collective::Reduce:
-        return r == c_.root ? static_cast<double>(
-                                  pattern::checkReduce(out_.data(), count_, dt, c_.op, n, 0).count)
-                            : 0;
+        return r == c_.root
+                   ? static_cast<double>(pattern::checkReduce(outP_, count_, dt, c_.op, n, 0).count)
+                   : 0;
       case Collective::AllGather:
       case Collective::AllToAll:
       case Collective::Gather: {
@@ -360,13 +410,13 @@ class Runner {
         const bool a2a = c_.coll == Collective::AllToAll;
         double w = 0;
         for (int p = 0; p < n; ++p)
-          w += movedFrom(p, a2a ? r : 0, out_.data() + static_cast<size_t>(p) * B);
+          w += movedFrom(p, a2a ? r : 0, outP_ + static_cast<size_t>(p) * B);
         return w;
       }
       case Collective::Scatter:
-        return movedFrom(c_.root, r, out_.data());
+        return movedFrom(c_.root, r, outP_);
       case Collective::Broadcast:
-        return movedFrom(c_.root, 0, out_.data());
+        return movedFrom(c_.root, 0, outP_);
       default:  // barrier; the uneven collectives are checked above
         return 0;
     }
@@ -398,11 +448,11 @@ class Runner {
       lastAlgo_ = "p2p";
       lastSent_ = 0;
       if (n == 1) {
-        std::copy(in_.begin(), in_.end(), out_.begin());
+        std::copy(inP_, inP_ + inBytes_, outP_);
         return;
       }
-      WorkPtr s = comm_.sendAsync(in_.data(), count_, dt, (r + 1) % n, opts_);
-      WorkPtr q = comm_.recvAsync(out_.data(), count_, dt, (r + n - 1) % n, opts_);
+      WorkPtr s = comm_.sendAsync(inP_, count_, dt, (r + 1) % n, opts_);
+      WorkPtr q = comm_.recvAsync(outP_, count_, dt, (r + n - 1) % n, opts_);
       s->wait();
       q->wait();
       lastSent_ = static_cast<double>(s->stats().traffic.total().payloadSent);
@@ -410,34 +460,34 @@ class Runner {
     }
     switch (c_.coll) {
       case Collective::AllReduce:
-        comm_.allreduce(in_.data(), out_.data(), count_, dt, c_.op, opts_);
+        comm_.allreduce(inP_, outP_, count_, dt, c_.op, opts_);
         break;
       case Collective::ReduceScatter:
-        comm_.reduceScatter(in_.data(), out_.data(), count_, dt, c_.op, opts_);
+        comm_.reduceScatter(inP_, outP_, count_, dt, c_.op, opts_);
         break;
       case Collective::AllGather:
-        comm_.allGather(in_.data(), out_.data(), count_, dt, opts_);
+        comm_.allGather(inP_, outP_, count_, dt, opts_);
         break;
       case Collective::Broadcast:
-        comm_.broadcast(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        comm_.broadcast(inP_, outP_, count_, dt, c_.root, opts_);
         break;
       case Collective::Reduce:
-        comm_.reduce(in_.data(), out_.data(), count_, dt, c_.op, c_.root, opts_);
+        comm_.reduce(inP_, outP_, count_, dt, c_.op, c_.root, opts_);
         break;
       case Collective::AllToAll:
-        comm_.allToAll(in_.data(), out_.data(), count_, dt, opts_);
+        comm_.allToAll(inP_, outP_, count_, dt, opts_);
         break;
       case Collective::Gather:
-        comm_.gather(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        comm_.gather(inP_, outP_, count_, dt, c_.root, opts_);
         break;
       case Collective::Scatter:
-        comm_.scatter(in_.data(), out_.data(), count_, dt, c_.root, opts_);
+        comm_.scatter(inP_, outP_, count_, dt, c_.root, opts_);
         break;
       case Collective::Barrier:
         comm_.barrier(opts_);
         break;
       default:
-        callUneven(comm_, c_.coll, plan_, in_.data(), out_.data(), dt, c_.op, c_.root, opts_);
+        callUneven(comm_, c_.coll, plan_, inP_, outP_, dt, c_.op, c_.root, opts_);
         break;
     }
     lastAlgo_ = comm_.lastCall().algorithm;
@@ -448,8 +498,11 @@ class Runner {
   const BenchConfig& c_;
   size_t count_ = 0;
   bool uneven_ = false;
-  UnevenPlan plan_;  // uneven collectives: this rank's counts
-  std::vector<uint8_t> in_, out_;
+  UnevenPlan plan_;                // uneven collectives: this rank's counts
+  std::vector<uint8_t> in_, out_;  // in place: in_ alone
+  uint8_t* inP_ = nullptr;         // the call's input and output (in place: views of in_)
+  uint8_t* outP_ = nullptr;
+  size_t inBytes_ = 0, outBytes_ = 0;
   CollectiveOptions opts_;
   double sent_ = 0;
   std::string lastAlgo_;
@@ -575,10 +628,11 @@ int runWorker(const BenchConfig& c) {
   const bool table = !c.json && !c.csv;
   if (lead && table) {
     std::printf(
-        "# tccl bench: %s, world %d, dtype %s, redop %s, root %d, %s iterations, %d warm-up\n",
+        "# tccl bench: %s, world %d, dtype %s, redop %s, root %d, %s iterations, %d warm-up, %s\n",
         c.collName.c_str(), n, std::string(toString(c.dtype)).c_str(),
         std::string(toString(c.op)).c_str(), c.root,
-        c.iters ? std::to_string(c.iters).c_str() : "adaptive", c.warmup);
+        c.iters ? std::to_string(c.iters).c_str() : "adaptive", c.warmup,
+        c.inPlace ? "in place" : "out of place");
     std::printf("# %12s %12s %8s %6s %5s %10s %12s %11s %11s %7s %14s %7s\n", "size", "count",
                 "type", "redop", "root", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
                 "bytes/rank", "/bound");
@@ -675,7 +729,8 @@ int runWorker(const BenchConfig& c) {
 
   if (c.json) {
     std::cout << "{\"collective\": \"" << c.collName << "\", \"world\": " << n << ", \"dtype\": \""
-              << toString(c.dtype) << "\", \"redop\": \"" << toString(c.op) << "\", \"results\": [";
+              << toString(c.dtype) << "\", \"redop\": \"" << toString(c.op)
+              << "\", \"in_place\": " << (c.inPlace ? "true" : "false") << ", \"results\": [";
     for (size_t i = 0; i < rows.size(); ++i) std::cout << (i ? ", " : "") << rowJson(rows[i], c);
     std::cout << "], \"peak_rss_mib_per_rank\": " << peakMiB;
     if (c.crossover) std::cout << ", \"crossover\": \"" << crossover << "\"";
@@ -795,11 +850,11 @@ int runScaling(const BenchConfig& c, const std::vector<std::string>& words) {
 }
 
 // Every rank allocates an input and an output buffer of at most the largest size (the
-// N-block collectives' small sizes: N elements).
+// N-block collectives' small sizes: N elements); in place, one.
 uint64_t bytesPerRank(const BenchConfig& c, int world) {
   const uint64_t largest = *std::max_element(c.sizes.begin(), c.sizes.end());
   const uint64_t floor = saturatingMul(static_cast<uint64_t>(world), dataTypeSize(c.dtype));
-  return saturatingMul(std::max(largest, floor), 2);
+  return saturatingMul(std::max(largest, floor), c.inPlace ? 1 : 2);
 }
 
 // The ranks of this machine when a launcher started them (its local world size).

@@ -28,6 +28,8 @@ const char* kUsage =
     "          --root R --algo ring|tree|hd|rd|naive|auto|all -n iters (adaptive) -w warmup (5)\n"
     "          --csv --json --plot F.svg|F.png --crossover --scaling 2,4,8,16 --no-check\n"
     "          --skew K (uneven ops: rank 0's blocks are K times the others')\n"
+    "          --inplace (one buffer, the collective's in-place layout; not for alltoall,\n"
+    "          barrier, sendrecv and the uneven ops)\n"
     "  p2pbench  point to point between 2 ranks, osu_latency / osu_bw / osu_bibw style:\n"
     "          --mode latency|latency_async|bw|bibw|all (all) --sizes 8,64K,4M,64M\n"
     "          --iters N (by size) --warmup N (iters/10) --window W (64) --reps R (5)\n"

@@ -91,6 +91,28 @@ assert d["collective"] == sys.argv[2], d["collective"]
 assert all(r["wrong"] == 0 for r in d["results"]), d
 ' "$json" "${alias##*:}"
 done
+# --inplace: one buffer in the collective's in-place layout (block `rank` of the output is
+# the input, or the other way round), every element checked; rooted ones at a root that
+# is not rank 0. The table's header and the JSON say which placement ran.
+for op in allreduce reduce_scatter allgather broadcast reduce gather scatter; do
+  out=$(run bench --world 3 --sizes 8,4K,256K --op $op --root 1 --algo all --iters 3 --warmup 1 --inplace --csv); rc=$?
+  check "bench --op $op --inplace exits 0" test $rc -eq 0
+  check "bench --op $op --inplace csv rows, nothing wrong" awk -F, 'NR == 1 { if ($10 != "wrong") exit 1; next } { n++; if ($10 != 0) exit 1 } END { if (n < 3) exit 1 }' <<<"$out"
+done
+out=$(run bench --world 4 --sizes 1M --dtype int32 --redop max --algo all --iters 3 --warmup 1 --inplace); rc=$?
+check "bench --inplace int32 max exits 0" test $rc -eq 0
+check "bench --inplace: the header says in place" grep -q "^# tccl bench: allreduce, world 4, dtype int32, redop max, .*, in place$" <<<"$out"
+check "bench --inplace reports no wrong values" grep -q "out of bounds values : 0 OK" <<<"$out"
+for ip in "" --inplace; do
+  json=$(run bench --world 2 --sizes 64K --iters 2 --warmup 0 --json $ip); rc=$?
+  check "bench --json $ip exits 0" test $rc -eq 0
+  check "bench --json $ip: in_place is $([ -n "$ip" ] && echo true || echo false)" /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["in_place"] is (sys.argv[2] == "--inplace"), d
+assert d["results"] and all(r["wrong"] == 0 for r in d["results"]), d
+' "$json" "$ip"
+done
 out=$(run bench --world 3 --op barrier --iters 3 --warmup 1 --csv); rc=$?
 check "bench --op barrier exits 0" test $rc -eq 0
 check "bench --op barrier: one row, no data" awk -F, 'NR == 1 { next } { n++; if ($1 != 0 || $10 != 0) exit 1 } END { if (n != 1) exit 1 }' <<<"$out"

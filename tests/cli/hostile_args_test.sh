@@ -114,6 +114,11 @@ expect2 bench --plot x.gif
 expect2 bench --scaling 2,4 --plot x.png
 expect2 bench --world 4 --op broadcast --root 4
 expect2 bench --world 2 --op gather -r 7
+# --inplace where the collective has no in-place form (or no data, or uneven counts)
+for op in alltoall barrier sendrecv allgatherv reduce_scatter_v alltoallv gatherv scatterv; do
+  expect2 bench --world 2 --sizes 8 --op $op --inplace
+done
+expect2 bench --inplace --inplace
 expect2 bench --world 2 -e "$two64m1"
 expect2 bench --world 256 -e 1G
 
