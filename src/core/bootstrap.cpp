@@ -12,6 +12,7 @@
 #include "base/config.hpp"
 #include "base/log.hpp"
 #include "core/comm_impl.hpp"
+#include "exec/spin.hpp"
 #include "net/iface.hpp"
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
@@ -220,6 +221,7 @@ void Communicator::Impl::joinJob() {
   const bootstrap::JobRecord job = bootstrap::joinJob(*b.store, b.rank, b.model, b.timeout);
   b.jobId = job.jobId;
   b.model = job.model;
+  b.adaptiveYield = adaptiveYieldFor(b.size, b.model.cores);
 }
 
 void Communicator::Impl::openTransport() {

@@ -116,6 +116,9 @@ struct Communicator::Impl {
     // at most segmentBytes (the default, 1 MiB).
     bool segmentFixed = false;
     int spinMicros = 0;
+    // Drivers may stop yielding after a slow yield (exec/spin.hpp): the family's world is
+    // no larger than rank 0's cores. Set once the job record is read; children inherit it.
+    bool adaptiveYield = false;
     std::optional<Algorithm> envAlgorithm;  // TCCL_ALGO
     algo::LinkModel model;                  // rank 0's (the job record)
     uint64_t jobId = 0;

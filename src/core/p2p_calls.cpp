@@ -41,6 +41,7 @@ P2PRoom& Communicator::Impl::p2pRoom() {
     c.rank = boot.rank;
     c.worldSize = boot.size;
     c.spinMicros = boot.spinMicros;
+    c.adaptiveYield = boot.adaptiveYield;
     if (auto v = config::getEnvInt("TCCL_P2P_EAGER_BYTES", 0, int64_t{1} << 30))
       c.eagerBytes = static_cast<size_t>(*v);
     if (auto v = config::getEnvInt("TCCL_P2P_POOL_BYTES", 0, int64_t{1} << 34))

@@ -441,6 +441,7 @@ void Communicator::Impl::fillContext(const PreparedCall& call, CallPlan& plan, D
   ctx.deadline = deadline;
   ctx.timeoutMs = timeoutMs;
   ctx.spinMicros = boot.spinMicros;
+  ctx.adaptiveYield = boot.adaptiveYield;
   ctx.wakeFd = failure.wakeFd;
   ctx.abortFlag = &failure.abortFlag;
   ctx.watchPeers = watchedPeers();

@@ -44,6 +44,7 @@ std::unique_ptr<Communicator::Impl> Communicator::Impl::attachChild(
   b.segmentBytes = p.segmentBytes;
   b.segmentFixed = p.segmentFixed;
   b.spinMicros = p.spinMicros;
+  b.adaptiveYield = p.adaptiveYield;  // the world's, not this child's size: its ranks share hosts
   b.envAlgorithm = p.envAlgorithm;
   b.model = p.model;
   b.jobId = p.jobId;

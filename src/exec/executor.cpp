@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/log.hpp"
+#include "exec/spin.hpp"
 #include "reduce/reduce.hpp"
 #include "tccl/error.hpp"
 #include "transport/wire.hpp"
@@ -115,8 +116,9 @@ class Run {
       }
       if (Deadline::Clock::now() - lastProgress < spin) {
         // Give the core away while spinning: with more ranks than cores the peer we
-        // wait for may need this very core to make the progress we are waiting for.
-        sched_yield();
+        // wait for may need this very core to make the progress we are waiting for
+        // (exec/spin.hpp: not while it loses the core to other work for long).
+        spinYield(ctx_.adaptiveYield);
         continue;
       }
       waitForLinks();

@@ -73,6 +73,8 @@ struct ExecContext {
   Deadline deadline = Deadline::never();
   int64_t timeoutMs = -1;
   int spinMicros = 0;
+  // The spin may stop yielding after a slow yield (exec/spin.hpp, adaptiveYieldFor).
+  bool adaptiveYield = false;
   // Another thread aborted the communicator: it sets *abortFlag and makes wakeFd
   // readable, which interrupts the wait.
   int wakeFd = -1;

@@ -12,6 +12,7 @@
 
 #include "base/log.hpp"
 #include "exec/p2p_util.hpp"
+#include "exec/spin.hpp"
 
 namespace tccl {
 using wire::MsgKind;
@@ -367,7 +368,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
       const auto spinUntil = Deadline::Clock::now() + std::chrono::microseconds(cfg_.spinMicros);
       while (driving_ && !until() && Deadline::Clock::now() < spinUntil) {
         lk.unlock();
-        sched_yield();
+        sched_yield();  // a hand-off between this process's threads: yield always
         lk.lock();
       }
       if (!driving_ || until()) continue;
@@ -436,11 +437,12 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         // while a read attempt does, and a segment that arrives meanwhile then waits in
         // the socket's backlog until the read lets go (perf showed lock_sock contention
         // when spinning on readv). Give the core away between polls: with more ranks than
-        // cores the peer we wait for may need this very core.
+        // cores the peer we wait for may need this very core (exec/spin.hpp: not while it
+        // loses the core to other work for long).
         const Deadline now = Deadline::after(std::chrono::milliseconds(0));
         while (!waitLinks(waits, wakeFds, now, &woken) &&
                Deadline::Clock::now() - lastProgress < spin) {
-          sched_yield();
+          spinYield(cfg_.adaptiveYield);
         }
       } else {
         waitLinks(waits, wakeFds, until2, &woken);

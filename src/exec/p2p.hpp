@@ -65,6 +65,7 @@ struct P2PConfig {
   size_t poolBytes = 256 * 1024;   // TCCL_P2P_POOL_BYTES: eager bytes in flight per peer
   size_t chunkBytes = 512 * 1024;  // TCCL_P2P_CHUNK_BYTES: a rendezvous payload's chunk
   int spinMicros = 50;             // busy-poll before sleeping (as the executor)
+  bool adaptiveYield = false;      // as ExecContext::adaptiveYield (exec/spin.hpp)
   // Operations posted while nobody drives are left this long to a caller who comes to
   // wait on them before the progress thread takes them up (0: at once).
   int graceMicros = 50;
