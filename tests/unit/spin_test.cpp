@@ -55,14 +55,5 @@ TEST(SpinYield, AnotherSlowYieldExtendsFromItsOwnEnd) {
   EXPECT_TRUE(g.shouldYield(t + milliseconds(12) + microseconds(6), true));
 }
 
-// spinYield itself, on this thread: it returns (yielding or not) in both modes.
-TEST(SpinYield, SpinYieldReturns) {
-  for (int i = 0; i < 100; ++i) {
-    spinYield(false);
-    spinYield(true);
-  }
-  SUCCEED();
-}
-
 }  // namespace
 }  // namespace tccl
