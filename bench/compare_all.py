@@ -8,9 +8,9 @@ alternates the contenders within each repetition, and prints markdown tables of 
     /usr/bin/python3 bench/compare_all.py [--worlds 2,4,8] [--reps 3] [--sizes 8,1M,64M] [--sweep]
 
   Every contender but the rows marked in place runs out of place (separate input and output
-  buffers), unpinned (mpirun --bind-to none); any wrong element, failed or missing run ends the script with an error (but
-  a torch gloo run that aborts, as torch 1.13's gloo does now and then, is tried again up to
-  twice, said on stderr and listed with the tables).
+  buffers), unpinned (mpirun --bind-to none); any wrong element, failed or missing run ends
+  the script with an error (but a torch gloo run that aborts, as torch 1.13's gloo does now
+  and then, is tried again up to twice, said on stderr and listed with the tables).
 
   compare: 8 B, 1 MiB and 64 MiB float32 sum all-reduce at each world: tccl auto (out of place,
            and in place: `tccl bench --inplace`, the row "in place: tccl auto"), Open MPI

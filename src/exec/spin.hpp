@@ -6,11 +6,14 @@
 // core to whatever else is runnable there, and a task of other work (a compile, a data
 // loader at a lower priority) then keeps it for a whole time slice: with two nice-10 busy
 // loops beside a world of 2 on 2 cores, 8-byte all-reduces took 28-106 us and p2p latency
-// 690-910 us against 5-8 us without the yield (docs/PERFORMANCE.md, "2026-12-07
+// 690-910 us against about 5 us without the yield (docs/PERFORMANCE.md, "2026-12-07
 // (afternoon)"). So where no host can hold more ranks than cores (the world is no larger
 // than rank 0's cores), a yield that lost the core for kSlowYield or more turns yielding
 // off on that thread for kYieldOff: it spins on its polls without yielding, as Open MPI
-// does. Elsewhere every round yields, as before.
+// does. Elsewhere every round yields, as before. The cost: with a single busy loop beside
+// a world of 2 on 2 cores, where yielding still pays, 8-byte all-reduces ran 23-37 % slower
+// (medians of 6); waiting for 3 slow yields within 10 ms and then stopping for 100 ms was
+// worse there (docs/PERFORMANCE.md).
 #pragma once
 
 #include <chrono>
