@@ -630,9 +630,14 @@ void P2PEngine::untakeTx(LinkState& ls, const Tx& t) {
   }
 }
 
-// What one writev may carry: frames queued behind the first go with it (TxFrame::pumpMany)
-// while they are control frames or envelopes (a chunk goes alone: its stream's end is
-// only known once its frame is out) and add up to at most this.
+// What one writev may carry: frames queued behind the first go with it (TxFrame::pumpMany:
+// control frames, envelopes and chunks, in takeTx's order) and add up to at most this.
+// Chunks share writes too: a rendezvous message of 64 KiB is a frame of 64 KiB + 24
+// bytes, just over loopback's segment (MSS 65,483), and sent alone each frame became a
+// full segment and a tiny one, whose buffer overhead filled the receiver's window (zero
+// windows, twice the segments): bibw at 64 KiB ran at half the bandwidth of 60 KiB. A
+// chunk taken behind another commits nothing that untakeTx cannot put back, and a
+// stream completes only in sentFrame, once its last chunk is out.
 constexpr size_t kBatchBytes = 256 * 1024;
 
 bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
@@ -651,10 +656,10 @@ bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
     // ls.tx for k = 0, else txMore_[k - 1].
     size_t n = 1;
     txFrames_[0] = &ls.tx;
-    if ((!ls.control.empty() || !ls.sends.empty()) && ls.link->framesShareWrites()) {
+    auto queued = [&ls] { return !ls.control.empty() || !ls.sends.empty() || !ls.streams.empty(); };
+    if (queued() && ls.link->framesShareWrites()) {
       size_t bytes = ls.tx.total() - ls.tx.sent();
-      while (n < TxFrame::kMaxFramesPerWrite && bytes < kBatchBytes &&
-             (!ls.control.empty() || !ls.sends.empty())) {
+      while (n < TxFrame::kMaxFramesPerWrite && bytes < kBatchBytes && queued()) {
         Tx& t = txMore_[n - 1];
         if (!takeTx(ls, t)) break;
         TxFrame& f = txMoreFrames_[n - 1];
@@ -707,7 +712,10 @@ bool P2PEngine::pumpTx(LinkState& ls, std::vector<P2PHandle>& completed) {
   }
 }
 
-// A frame is all out: an eager send, or a stream's last chunk, completes.
+// A frame is all out: an eager send, or a stream's last chunk, completes. Frames leave in
+// the order taken, so the chunk that ends the message is out after all the others (several
+// chunks of one stream may share a write: the end is where this chunk ends, not how far
+// takeTx has got).
 void P2PEngine::sentFrame(LinkState& ls, const Tx& t, std::vector<P2PHandle>& completed) {
   const wire::MessageHeader& h = t.header;
   const P2PHandle& op = t.op;
@@ -717,8 +725,7 @@ void P2PEngine::sentFrame(LinkState& ls, const Tx& t, std::vector<P2PHandle>& co
   if (h.kind == MsgKind::Eager) {
     op->result_.bytes = op->bytes;
     finish(op, completed);
-  } else if (h.kind == MsgKind::Chunk && op->moved == op->bytes &&
-             std::find(ls.streams.begin(), ls.streams.end(), op) == ls.streams.end()) {
+  } else if (h.kind == MsgKind::Chunk && t.payload + h.length == op->buf + op->bytes) {
     op->result_.bytes = op->bytes;
     finish(op, completed);
   }
