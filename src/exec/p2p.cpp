@@ -108,8 +108,9 @@ void P2PEngine::kick() {
 }
 
 namespace {
-// A timer wake-up that finds a caller driving or waiting backs off up to this long.
-constexpr std::chrono::microseconds kGraceBackoffMax{1000};
+// A timer that fires while a caller is still posting is re-armed for the rest of the
+// grace, up to the grace plus the longer of the grace and this from its arming.
+constexpr std::chrono::microseconds kPostingCap{1000};
 
 void armTimer(int fd, std::chrono::microseconds after) {
   itimerspec t{};
@@ -123,6 +124,20 @@ int64_t steadyNs(Deadline::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 }  // namespace
+
+void P2PEngine::armGrace(std::chrono::microseconds after) {
+  graceDueNs_.store(steadyNs(Deadline::Clock::now()) + after.count() * 1000);
+  armTimer(graceFd_, after);
+}
+
+void P2PEngine::leftPendingLocked() {
+  if (graceArmed_ && !driving_ && callersWaiting_ == 0 && cfg_.graceMicros > 0 && hasWork()) {
+    const auto grace = std::chrono::microseconds(cfg_.graceMicros);
+    const int64_t soon = steadyNs(Deadline::Clock::now()) + grace.count() * 1000;
+    if (graceDueNs_.load() > soon) armGrace(grace);
+  }
+  wakeProgressLocked();
+}
 
 void P2PEngine::wakeProgressLocked(bool now) {
   if (now) {
@@ -139,17 +154,22 @@ void P2PEngine::wakeProgressLocked(bool now) {
   }
   // Armed whether or not the progress thread sleeps now: one that is about to look for
   // work (just started, or just woken) sees graceArmed_ and sleeps until the timer.
-  armTimer(graceFd_, std::chrono::microseconds(cfg_.graceMicros));
+  armGrace(std::chrono::microseconds(cfg_.graceMicros));
   graceArmed_ = true;
   graceArmedNs_.store(steadyNs(Deadline::Clock::now()), std::memory_order_relaxed);
 }
 
 // The grace timer's wake-ups while a caller keeps driving (a window of waits, each ending
 // with operations still pending) are looked at without the lock: the timer is re-armed,
-// later each time, and graceArmed_ stays set, so the caller arms nothing as it stops
-// waiting and the progress thread does not contend for the lock it drives under. Once
-// nobody drives or waits at a wake-up, the thread takes the lock and looks for work: an
-// operation left pending by a caller starts moving at most kGraceBackoffMax after it left.
+// twice as late each time up to cfg_.idleLookMaxMicros (8 ms), and graceArmed_ stays
+// set, so the caller's posts arm nothing and the progress thread does not contend for
+// the lock it drives under. Each wake-up costs a context switch on a core a driving
+// caller needs (up to 1 ms apart, they cost p2p latency 5-15 %: docs/PERFORMANCE.md).
+// Once nobody drives or waits at a wake-up, the thread takes the lock and looks for
+// work. A caller that stops waiting with operations pending brings a timer due later
+// forward to the grace (leftPendingLocked), so what it left starts moving about a grace
+// after it left; an operation posted while nobody drives, after waits that kept the
+// caller driving, starts moving at most about idleLookMaxMicros late.
 void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
   progressIdle_ = true;
   lk.unlock();
@@ -163,16 +183,15 @@ void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
     const bool busy = driving_ || callersWaiting_ > 0;
     if (fired && !urgent && !busy && cfg_.graceMicros > 0) {
       // Nobody drives or waits, but a caller may still be posting: the grace counts from
-      // its last post, up to the grace plus the longer of the grace and kGraceBackoffMax
-      // from when the timer was armed (1.05 ms by default).
+      // its last post, up to the grace plus the longer of the grace and kPostingCap from
+      // when the timer was armed (1.05 ms by default).
       const int64_t now = steadyNs(Deadline::Clock::now());
       const int64_t grace = int64_t{cfg_.graceMicros} * 1000;
       const int64_t sincePost = now - lastPostNs_.load(std::memory_order_relaxed);
       const int64_t sinceArm = now - graceArmedNs_.load(std::memory_order_relaxed);
-      const int64_t cap =
-          grace + std::max(grace, std::chrono::nanoseconds(kGraceBackoffMax).count());
+      const int64_t cap = grace + std::max(grace, std::chrono::nanoseconds(kPostingCap).count());
       if (sincePost < grace && sinceArm < cap) {
-        armTimer(graceFd_, std::chrono::microseconds((grace - sincePost) / 1000 + 1));
+        armGrace(std::chrono::microseconds((grace - sincePost) / 1000 + 1));
         continue;
       }
     }
@@ -183,9 +202,13 @@ void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
       graceBackoff_ = std::chrono::microseconds(std::max(cfg_.graceMicros, 1));
       return;
     }
-    graceBackoff_ = std::min(
-        graceBackoff_ * 2, std::max(kGraceBackoffMax, std::chrono::microseconds(cfg_.graceMicros)));
-    armTimer(graceFd_, graceBackoff_);
+    graceBackoff_ =
+        std::min(graceBackoff_ * 2,
+                 std::chrono::microseconds(std::max(cfg_.idleLookMaxMicros, cfg_.graceMicros)));
+    armGrace(graceBackoff_);
+    // A caller that stopped waiting meanwhile may have found the timer due later than the
+    // grace before this re-arm: the next look is then at the grace.
+    if (!driving_ && callersWaiting_ == 0) armGrace(std::chrono::microseconds(cfg_.graceMicros));
   }
 }
 
@@ -310,13 +333,13 @@ void P2PEngine::finishWait(std::span<const P2PHandle> ops) {
   } catch (...) {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_--;
-    wakeProgressLocked();
+    leftPendingLocked();
     throw;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_--;
-    wakeProgressLocked();  // operations left pending go on without this caller
+    leftPendingLocked();  // operations left pending go on without this caller
   }
   for (const P2PHandle& o : ops) {
     if (o->error()) std::rethrow_exception(o->error());

@@ -69,6 +69,10 @@ struct P2PConfig {
   // Operations posted while nobody drives are left this long to a caller who comes to
   // wait on them before the progress thread takes them up (0: at once).
   int graceMicros = 50;
+  // While callers keep driving, the progress thread's timer looks at the engine twice as
+  // late each time it finds one driving, up to this long (at least the grace). A caller
+  // that stops waiting with operations pending brings the next look to the grace.
+  int idleLookMaxMicros = 8000;
 };
 
 // Where the engine gets its links (the transport's p2p lane, or in-memory links).
@@ -267,6 +271,10 @@ class P2PEngine {
   // waits meanwhile drives the work itself, and the progress thread, woken by the timer,
   // finds a waiter and sleeps again.
   void wakeProgressLocked(bool now = false);
+  // A caller stopped waiting (mu_ held): as wakeProgressLocked, and if operations are
+  // left pending that nobody drives while the progress thread's timer, backed off while
+  // the caller drove, is due later than the grace, brings it forward to the grace.
+  void leftPendingLocked();
   // The progress thread's sleep while it has nothing to drive (mu_ held, released
   // while it sleeps).
   void sleepIdle(std::unique_lock<std::mutex>& lk);
@@ -289,8 +297,14 @@ class P2PEngine {
   int graceFd_ = -1;
   bool graceArmed_ = false;  // graceFd_ runs: the progress thread waits for it
   // The progress thread's: how long it re-arms graceFd_ for when its timer finds a caller
-  // driving or waiting (doubled each time up to kGraceBackoffMax, reset once it looks).
+  // driving or waiting (doubled each time up to cfg_.idleLookMaxMicros, reset once it
+  // looks).
   std::chrono::microseconds graceBackoff_{0};
+  // When graceFd_ is due (steady clock, ns), written by whoever arms it (armGrace): a
+  // caller that stops waiting with operations pending brings a later one forward to the
+  // grace (leftPendingLocked).
+  std::atomic<int64_t> graceDueNs_{0};
+  void armGrace(std::chrono::microseconds after);
   // Written under mu_; read without it by the progress thread woken by its timer.
   std::atomic<bool> driving_{false};
   // When the last operation was posted, and when graceFd_ was armed for work nobody

@@ -465,6 +465,52 @@ TEST(P2P, AReceiveNobodyWaitsOnProgressesOnceTheGraceEnds) {
   EXPECT_EQ(firstWrong(in, 0, 1, 5), -1);
 }
 
+// A caller that waits a long time lets the progress thread's timer back off (it looks
+// twice as late each time it finds the caller driving, here up to 2 s); once the caller
+// stops waiting with a receive still pending, the next look comes a grace later, not when
+// the backed-off timer would have fired. Rank 1 waits on receive A for 600 ms with
+// receive B posted too; B's message is sent 50 ms after A's, when nobody waits, so only
+// the progress thread can move it: about 50 ms after A completes (the timer would next
+// have fired about 420 ms after it).
+TEST(P2P, AReceiveLeftPendingMovesAGraceAfterItsCallerStopsWaiting) {
+  P2PConfig c;
+  c.graceMicros = 2000;             // 2 ms
+  c.idleLookMaxMicros = 2'000'000;  // 2 s
+  World w(2, 0, 64 * 1024, c);
+  std::vector<uint8_t> outA = message(0, 1, 1, 100), inA(100);
+  std::vector<uint8_t> outB = message(0, 1, 2, 100), inB(100);
+  auto a = P2PEngine::makeRecv(inA.data(), inA.size(), 0, 1, soon(), 20000);
+  auto b = P2PEngine::makeRecv(inB.data(), inB.size(), 0, 2, soon(), 20000);
+  w.engines[1]->post(std::vector<P2PHandle>{a, b});
+  std::chrono::steady_clock::time_point aDone, bDone;
+  w.run([&](int r) {
+    if (r == 0) {
+      std::this_thread::sleep_for(600ms);
+      auto sa = P2PEngine::makeSend(outA.data(), outA.size(), 1, 1, soon(), 20000);
+      w.engines[0]->post(sa);
+      w.engines[0]->wait(sa);
+      std::this_thread::sleep_for(50ms);
+      auto sb = P2PEngine::makeSend(outB.data(), outB.size(), 1, 2, soon(), 20000);
+      w.engines[0]->post(sb);
+      w.engines[0]->wait(sb);
+    } else {
+      w.engines[1]->wait(a);
+      aDone = std::chrono::steady_clock::now();
+      const auto until = aDone + 10s;
+      while (!b->done() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(1ms);
+      }
+      bDone = std::chrono::steady_clock::now();
+    }
+  });
+  ASSERT_TRUE(b->done());
+  const auto tookMs = std::chrono::duration_cast<std::chrono::milliseconds>(bDone - aDone).count();
+  EXPECT_GE(tookMs, 40) << "B's message is sent 50 ms after A's";
+  EXPECT_LT(tookMs, 250) << "the receive left pending waited for the backed-off timer";
+  EXPECT_EQ(firstWrong(inA, 0, 1, 1), -1);
+  EXPECT_EQ(firstWrong(inB, 0, 1, 2), -1);
+}
+
 // A caller that keeps posting (a window of irecv / isend) keeps the progress thread out:
 // the grace counts from its last post, so a receive nobody waits on is taken up only
 // once the posts stop for a grace or the bound (the grace plus the longer of the grace
