@@ -26,9 +26,10 @@ P2PEngine::P2PEngine(P2PConfig config, P2PLinkSource& links)
   wakeFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   idleFd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   graceFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (wakeFd_ < 0 || idleFd_ < 0 || graceFd_ < 0) {
+  leftFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (wakeFd_ < 0 || idleFd_ < 0 || graceFd_ < 0 || leftFd_ < 0) {
     const int err = errno;
-    for (int fd : {wakeFd_, idleFd_, graceFd_}) {
+    for (int fd : {wakeFd_, idleFd_, graceFd_, leftFd_}) {
       if (fd >= 0) ::close(fd);
     }
     throwError(ErrorKind::System,
@@ -60,6 +61,7 @@ P2PEngine::~P2PEngine() {
   ::close(wakeFd_);
   ::close(idleFd_);
   ::close(graceFd_);
+  ::close(leftFd_);
 }
 
 void P2PEngine::fill(P2POp& op, bool isSend, const void* buf, size_t bytes, int peer, int tag,
@@ -125,18 +127,20 @@ int64_t steadyNs(Deadline::Clock::time_point t) {
 }
 }  // namespace
 
-void P2PEngine::armGrace(std::chrono::microseconds after) {
-  graceDueNs_.store(steadyNs(Deadline::Clock::now()) + after.count() * 1000);
-  armTimer(graceFd_, after);
-}
-
 void P2PEngine::leftPendingLocked() {
-  if (graceArmed_ && !driving_ && callersWaiting_ == 0 && cfg_.graceMicros > 0 && hasWork()) {
-    const auto grace = std::chrono::microseconds(cfg_.graceMicros);
-    const int64_t soon = steadyNs(Deadline::Clock::now()) + grace.count() * 1000;
-    if (graceDueNs_.load() > soon) armGrace(grace);
+  if (graceArmed_ && !leftArmed_ && !driving_ && callersWaiting_ == 0 && cfg_.graceMicros > 0 &&
+      !all_.empty()) {
+    armTimer(leftFd_, std::chrono::microseconds(cfg_.graceMicros));
+    leftArmed_ = true;
   }
   wakeProgressLocked();
+}
+
+void P2PEngine::callerBackLocked() {
+  if (!leftArmed_) return;
+  itimerspec off{};
+  ::timerfd_settime(leftFd_, 0, &off, nullptr);
+  leftArmed_ = false;
 }
 
 void P2PEngine::wakeProgressLocked(bool now) {
@@ -154,7 +158,7 @@ void P2PEngine::wakeProgressLocked(bool now) {
   }
   // Armed whether or not the progress thread sleeps now: one that is about to look for
   // work (just started, or just woken) sees graceArmed_ and sleeps until the timer.
-  armGrace(std::chrono::microseconds(cfg_.graceMicros));
+  armTimer(graceFd_, std::chrono::microseconds(cfg_.graceMicros));
   graceArmed_ = true;
   graceArmedNs_.store(steadyNs(Deadline::Clock::now()), std::memory_order_relaxed);
 }
@@ -166,20 +170,27 @@ void P2PEngine::wakeProgressLocked(bool now) {
 // the lock it drives under. Each wake-up costs a context switch on a core a driving
 // caller needs (up to 1 ms apart, they cost p2p latency 5-15 %: docs/PERFORMANCE.md).
 // Once nobody drives or waits at a wake-up, the thread takes the lock and looks for
-// work. A caller that stops waiting with operations pending brings a timer due later
-// forward to the grace (leftPendingLocked), so what it left starts moving about a grace
-// after it left; an operation posted while nobody drives, after waits that kept the
-// caller driving, starts moving at most about idleLookMaxMicros late.
+// work. A caller that stops waiting with operations pending arms a second timer,
+// leftFd_, for the grace, and its next wait disarms it (leftPendingLocked,
+// callerBackLocked: two timerfd_settime calls, only for waits that leave operations
+// pending), so what a caller leaves starts moving about a grace after it left; an
+// operation posted while nobody drives, after waits that kept the caller driving,
+// starts moving at most about idleLookMaxMicros late.
 void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
   progressIdle_ = true;
   lk.unlock();
-  pollfd fds[2] = {{idleFd_, POLLIN, 0}, {graceFd_, POLLIN, 0}};
+  pollfd fds[3] = {{idleFd_, POLLIN, 0}, {graceFd_, POLLIN, 0}, {leftFd_, POLLIN, 0}};
   uint64_t v;
   for (;;) {
-    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+    while (::poll(fds, 3, -1) < 0 && errno == EINTR) {
     }
     const bool urgent = ::read(idleFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
-    const bool fired = ::read(graceFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+    const bool graceFired = ::read(graceFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+    // A caller left operations pending a grace ago (leftPendingLocked): looked at as the
+    // grace timer's wake-up is.
+    const bool leftFired = ::read(leftFd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+    if (leftFired) leftArmed_ = false;  // at worst a caller disarms a timer that is not armed
+    const bool fired = graceFired || leftFired;
     const bool busy = driving_ || callersWaiting_ > 0;
     if (fired && !urgent && !busy && cfg_.graceMicros > 0) {
       // Nobody drives or waits, but a caller may still be posting: the grace counts from
@@ -191,24 +202,21 @@ void P2PEngine::sleepIdle(std::unique_lock<std::mutex>& lk) {
       const int64_t sinceArm = now - graceArmedNs_.load(std::memory_order_relaxed);
       const int64_t cap = grace + std::max(grace, std::chrono::nanoseconds(kPostingCap).count());
       if (sincePost < grace && sinceArm < cap) {
-        armGrace(std::chrono::microseconds((grace - sincePost) / 1000 + 1));
+        armTimer(graceFd_, std::chrono::microseconds((grace - sincePost) / 1000 + 1));
         continue;
       }
     }
     if (urgent || !fired || !busy) {
       lk.lock();
       progressIdle_ = false;
-      if (fired) graceArmed_ = false;
+      if (fired) graceArmed_ = false;  // graceFd_ may still fire: a spurious wake-up
       graceBackoff_ = std::chrono::microseconds(std::max(cfg_.graceMicros, 1));
       return;
     }
     graceBackoff_ =
         std::min(graceBackoff_ * 2,
                  std::chrono::microseconds(std::max(cfg_.idleLookMaxMicros, cfg_.graceMicros)));
-    armGrace(graceBackoff_);
-    // A caller that stopped waiting meanwhile may have found the timer due later than the
-    // grace before this re-arm: the next look is then at the grace.
-    if (!driving_ && callersWaiting_ == 0) armGrace(std::chrono::microseconds(cfg_.graceMicros));
+    armTimer(graceFd_, graceBackoff_);
   }
 }
 
@@ -238,6 +246,7 @@ void P2PEngine::postThenWait(std::span<const P2PHandle> ops, std::span<const P2P
     std::lock_guard<std::mutex> lk(mu_);
     if (waits) {
       callersWaiting_++;
+      callerBackLocked();
       endBurstLocked();
     }
     for (const P2PHandle& op : ops) postLocked(op, completed);
@@ -315,6 +324,7 @@ void P2PEngine::waitAll(std::span<const P2PHandle> ops) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     callersWaiting_++;
+    callerBackLocked();
     endBurstLocked();
     kickDriver = driving_;
   }

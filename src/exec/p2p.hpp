@@ -271,10 +271,14 @@ class P2PEngine {
   // waits meanwhile drives the work itself, and the progress thread, woken by the timer,
   // finds a waiter and sleeps again.
   void wakeProgressLocked(bool now = false);
-  // A caller stopped waiting (mu_ held): as wakeProgressLocked, and if operations are
-  // left pending that nobody drives while the progress thread's timer, backed off while
-  // the caller drove, is due later than the grace, brings it forward to the grace.
+  // A caller stopped waiting (mu_ held): as wakeProgressLocked, and if it left operations
+  // pending that nobody drives while graceFd_ runs (backed off, perhaps to 8 ms, while
+  // callers drove), arms leftFd_ for the grace, so that they start moving a grace after
+  // it left.
   void leftPendingLocked();
+  // A caller starts waiting (mu_ held): disarms leftFd_ if it runs (the caller drives
+  // what it left), so that a caller that waits again at once wakes no thread.
+  void callerBackLocked();
   // The progress thread's sleep while it has nothing to drive (mu_ held, released
   // while it sleeps).
   void sleepIdle(std::unique_lock<std::mutex>& lk);
@@ -300,11 +304,11 @@ class P2PEngine {
   // driving or waiting (doubled each time up to cfg_.idleLookMaxMicros, reset once it
   // looks).
   std::chrono::microseconds graceBackoff_{0};
-  // When graceFd_ is due (steady clock, ns), written by whoever arms it (armGrace): a
-  // caller that stops waiting with operations pending brings a later one forward to the
-  // grace (leftPendingLocked).
-  std::atomic<int64_t> graceDueNs_{0};
-  void armGrace(std::chrono::microseconds after);
+  // leftFd_ (a timerfd) runs: a caller stopped waiting with operations pending while
+  // graceFd_ was backed off (leftPendingLocked); the next wait disarms it. Set under mu_;
+  // the progress thread clears it, without mu_, when the timer fires.
+  int leftFd_ = -1;
+  std::atomic<bool> leftArmed_{false};
   // Written under mu_; read without it by the progress thread woken by its timer.
   std::atomic<bool> driving_{false};
   // When the last operation was posted, and when graceFd_ was armed for work nobody
