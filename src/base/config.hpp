@@ -39,9 +39,12 @@ std::optional<int64_t> spinMicros();
 // TCCL_SOCKET_BUFFER: SO_SNDBUF and SO_RCVBUF in bytes for every rank-to-rank socket
 // (0: the kernel's autotuning for both). Unset: the collectives' links between two ranks
 // of one host get an SO_SNDBUF of kSameHostSendBuffer and autotune their receive side;
-// every other link autotunes both (docs/env.md says why).
+// the p2p lane's links between two ranks of one host get both buffers at
+// kSameHostP2PBuffer where the kernel's caps allow it; every other link autotunes both
+// (docs/env.md says why).
 std::optional<int> socketBufferBytes();
 constexpr int kSameHostSendBuffer = 256 * 1024;
+constexpr int kSameHostP2PBuffer = 4 * 1024 * 1024;
 // TCCL_NSOCKS: TCP connections per peer on the collectives' lane, 1..kMaxNsocks
 // (default 1: one TcpLink per peer, as before; docs/nsocks.md). Every rank must agree.
 int nsocks();

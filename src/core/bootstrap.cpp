@@ -180,6 +180,7 @@ void configureBuffers(TransportConfig& tc) {
   const std::optional<int> fixed = config::socketBufferBytes();
   tc.socketBufferBytes = fixed.value_or(0);
   tc.sameHostSendBuffer = fixed ? 0 : config::kSameHostSendBuffer;
+  tc.sameHostP2PBuffer = fixed ? 0 : config::kSameHostP2PBuffer;
 }
 
 void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,

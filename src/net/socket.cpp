@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <thread>
@@ -168,6 +169,21 @@ void setDeadPeerTimeout(int fd, std::chrono::milliseconds userTimeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
+
+namespace {
+int64_t readSysctl(const char* path) {
+  std::ifstream f(path);
+  int64_t v = -1;
+  if (!(f >> v)) return -1;
+  return v;
+}
+}  // namespace
+
+bool bufferCapsAllow(int bytes) {
+  static const int64_t cap = std::min(readSysctl("/proc/sys/net/core/wmem_max"),
+                                      readSysctl("/proc/sys/net/core/rmem_max"));
+  return cap >= bytes;
 }
 
 void setBufferSizes(int fd, int sndbuf, int rcvbuf) {

@@ -92,6 +92,9 @@ void setNoDelay(int fd);
 // flight. Caveat (Linux): the same timeout also ends a connection whose peer keeps its
 // receive window shut (does not read) for that long. 0 or less: leaves the socket alone.
 void setDeadPeerTimeout(int fd, std::chrono::milliseconds userTimeout);
+// Whether the kernel lets an unprivileged SO_SNDBUF and SO_RCVBUF reach `bytes`
+// (net.core.wmem_max and rmem_max, read once; false if they cannot be read).
+bool bufferCapsAllow(int bytes);
 // Optional explicit socket buffer sizes (bytes; 0 keeps the kernel's autotuning).
 void setBufferSizes(int fd, int sndbuf, int rcvbuf);
 
