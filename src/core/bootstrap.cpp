@@ -180,7 +180,10 @@ void configureBuffers(TransportConfig& tc) {
   const std::optional<int> fixed = config::socketBufferBytes();
   tc.socketBufferBytes = fixed.value_or(0);
   tc.sameHostSendBuffer = fixed ? 0 : config::kSameHostSendBuffer;
-  tc.sameHostP2PBuffer = fixed ? 0 : config::kSameHostP2PBuffer;
+  // Below the kernel's caps a fixed buffer would be smaller than asked (and unmeasured):
+  // those links keep autotuning.
+  tc.sameHostP2PBuffer =
+      !fixed && net::bufferCapsAllow(config::kSameHostP2PBuffer) ? config::kSameHostP2PBuffer : 0;
 }
 
 void configureStriping(TransportConfig& tc, const algo::LinkModel& model, size_t segmentBytes,

@@ -201,7 +201,7 @@ void Transport::addLink(Pending& p) {
     net::setBufferSizes(p.fd.get(), cfg_.sameHostSendBuffer, 0);
   }
   if (cfg_.socketBufferBytes == 0 && cfg_.sameHostP2PBuffer > 0 && p.lane == Lane::P2P &&
-      net::bufferCapsAllow(cfg_.sameHostP2PBuffer) && net::sameHost(p.fd.get())) {
+      net::sameHost(p.fd.get())) {
     net::setBufferSizes(p.fd.get(), cfg_.sameHostP2PBuffer, cfg_.sameHostP2PBuffer);
   }
   // A peer host that vanishes without a FIN fails the link, heartbeats or not.

@@ -69,8 +69,8 @@ struct TransportConfig {
   // where socketBufferBytes is 0; 0: autotuning (config::socketBufferBytes says why).
   int sameHostSendBuffer = 0;
   // SO_SNDBUF and SO_RCVBUF of the p2p lane's links whose two ends are on this host, where
-  // socketBufferBytes is 0 and the kernel's caps allow it (net::bufferCapsAllow); 0, or
-  // caps below it: autotuning (config::socketBufferBytes says why).
+  // socketBufferBytes is 0; 0: autotuning (bootstrap::configureBuffers leaves it 0 where
+  // the kernel's caps are lower: net::bufferCapsAllow).
   int sameHostP2PBuffer = 0;
   // How long a p2p-lane dial may wait for the peer's address and its answer.
   std::chrono::milliseconds dialTimeout{60000};
