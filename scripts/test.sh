@@ -87,9 +87,10 @@ if [ $full = 1 ]; then
   # them). Left to the release suite too, for CI's time: the 128-rank bootstrap (128
   # sanitized processes on 2 cores outrun its time bound) and the exact-result grid at
   # worlds 7 and 8 (the same code as worlds 2 to 5, which do run here). cli.contention
-  # bounds latencies beside busy loops, a timing the sanitizers' slowdown is not part of.
+  # bounds latencies beside busy loops, and P2PProc.RanksPingPongingOnOneCpuMoveApart reads
+  # the spin's yields by their length: timings the sanitizers' slowdown is not part of.
   run_tests build-asan -LE package \
-    -E '^(netns\.ratelimit|netns\.nsocks|P2PProc\.OneGibibyteExchange|cli\.scale_128|cli\.contention|Worlds/GridTest\..*world[78].*)$'
+    -E '^(netns\.ratelimit|netns\.nsocks|P2PProc\.OneGibibyteExchange|P2PProc\.RanksPingPongingOnOneCpuMoveApart|cli\.scale_128|cli\.contention|Worlds/GridTest\..*world[78].*)$'
   targets=$tsan_targets build build-tsan "${tsan[@]}"
   # ThreadSanitizer: the tests that run threads (stores, communicators as threads,
   # async collectives, the bucketer, the authenticated handshakes between threads, links

@@ -21,6 +21,16 @@
 //                     a receive (it stays alive 3 s): rank 0 fails with Timeout naming
 //                     rank 1 and the tag.
 //   withcollective B  p2p in flight while async and blocking all-reduces run.
+//   sharedcore K      world 2: both ranks pin themselves to one CPU for a barrier, restore
+//                     their affinity, then ping-pong K 8-byte messages (blocking calls;
+//                     run with a long TCCL_SPIN_US so that nobody sleeps). Each notes its
+//                     CPU after every round trip and, every 32, the machine's runnable
+//                     tasks (/proc/loadavg); rank 0 records "ok same=S of=W busy=B": of
+//                     the W round trips from K/5 on, S ended with both ranks on one CPU;
+//                     B = 1 if more tasks than CPUs were runnable in over half the
+//                     samples of either rank (a heartbeat or a store request is brief).
+//                     "ok skip" where the affinity mask has one CPU.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +38,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -82,6 +93,14 @@ void expectMessage(const std::vector<uint8_t>& got, int from, int to, int tag,
           std::to_string(pattern(from, to, tag, i)) + ")");
     }
   }
+}
+
+// The fourth field of /proc/loadavg: runnable tasks on the machine (-1 if unreadable).
+long runnableTasks() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c, d;
+  if (!(f >> a >> b >> c >> d)) return -1;
+  return std::stol(d.substr(0, d.find('/')));
 }
 
 size_t arg(int argc, char** argv, int i) {
@@ -256,6 +275,57 @@ int main(int argc, char** argv) {
       expectMessage(in, left, r, 3, "p2p beside collectives");
       check(x[0] == float(n) && x.back() == float(n), "async all-reduce result");
       check(y[0] == 2.0f * float(n), "blocking all-reduce result");
+    } else if (gScenario == "sharedcore") {
+      const size_t k = arg(argc, argv, 2);
+      check(n == 2, "sharedcore needs a world of 2");
+      cpu_set_t mask;
+      check(sched_getaffinity(0, sizeof mask, &mask) == 0, "sched_getaffinity");
+      if (CPU_COUNT(&mask) < 2) {
+        rec << " skip";
+      } else {
+        int first = 0;
+        while (!CPU_ISSET(first, &mask)) ++first;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        check(sched_setaffinity(0, sizeof one, &one) == 0, "pin to one CPU");
+        comm.barrier();  // both ranks now run on `first`
+        check(sched_setaffinity(0, sizeof mask, &mask) == 0, "restore the affinity");
+        std::vector<int32_t> cpu(k), peerCpu(k);
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        size_t samples = 0, over = 0;
+        int64_t token = 0;
+        for (size_t i = 0; i < k; ++i) {
+          if (r == 0) {
+            ++token;
+            comm.send(&token, 1, DataType::Int64, 1, 5);
+            comm.recv(&token, 1, DataType::Int64, 1, 5);
+          } else {
+            comm.recv(&token, 1, DataType::Int64, 0, 5);
+            ++token;
+            comm.send(&token, 1, DataType::Int64, 0, 5);
+          }
+          cpu[i] = static_cast<int32_t>(sched_getcpu());
+          if (i % 32 == 0) {
+            ++samples;
+            if (runnableTasks() > cpus) ++over;
+          }
+        }
+        check(token == static_cast<int64_t>(2 * k), "ping-pong tokens");
+        const bool busy = 2 * over > samples;
+        int32_t peerBusy = busy ? 1 : 0;
+        if (r == 1) {
+          comm.send(cpu.data(), k, DataType::Int32, 0, 6);
+          comm.send(&peerBusy, 1, DataType::Int32, 0, 7);
+        } else {
+          comm.recv(peerCpu.data(), k, DataType::Int32, 1, 6);
+          comm.recv(&peerBusy, 1, DataType::Int32, 1, 7);
+          size_t same = 0;
+          for (size_t i = k / 5; i < k; ++i) same += cpu[i] == peerCpu[i] ? 1 : 0;
+          rec << " same=" << same << " of=" << (k - k / 5)
+              << " busy=" << ((busy || peerBusy != 0) ? 1 : 0);
+        }
+      }
     } else {
       die("unknown scenario " + gScenario);
     }
