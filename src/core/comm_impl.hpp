@@ -159,6 +159,12 @@ struct Communicator::Impl {
     std::vector<char> connectedOnce;
     uint64_t watchVersion = 0;
     std::vector<int> watchPeers;
+    // The transport's counters before and after the running call (countTraffic), and
+    // map nodes of earlier calls' per-peer traffic kept for the next call's (a loop of
+    // small calls then allocates none for its statistics).
+    std::vector<std::pair<int, PeerCounters>> trafficBefore;
+    std::vector<std::pair<int, PeerCounters>> trafficAfter;
+    std::vector<std::map<int, PeerCounters>::node_type> spareTraffic;
   } exec;
 
   // ---- point to point (p2p_calls.cpp, p2p_room.hpp): made on the first p2p call; mu
@@ -283,7 +289,10 @@ struct Communicator::Impl {
   const std::vector<int>& watchedPeers();
   Running runningOf(const PreparedCall& call, const CallPlan& plan, int64_t timeoutMs) const;
   void runSchedule(const PreparedCall& call, CallPlan& plan, int64_t timeoutMs);
-  void countTraffic(const CommStats& before, CallStats* stats) const;
+  // The call's traffic: the transport's counters now less exec.trafficBefore.
+  void countTraffic(CallStats* stats);
+  // Keeps the nodes of stats' per-peer traffic for the next call's (under execMu).
+  void recycleTraffic(CallStats& stats);
   // Auto's all-reduce choice (TCCL_ALGO, else the cost model over this job's hosts).
   Algorithm chooseAllreduce(size_t bytes, std::string* why) const;
   std::optional<Algorithm> forcedAllreduce(std::string* why) const;

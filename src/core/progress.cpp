@@ -96,6 +96,7 @@ WorkPtr Communicator::issue(PreparedCall&& call, bool async) {
     issueLock.unlock();
     CallStats stats;
     m.execute(call, &stats);
+    m.recycleTraffic(q.last);  // its nodes serve the next call's statistics
     q.last = std::move(stats);
     return nullptr;
   }
@@ -312,7 +313,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
                             (call.algorithm == Algorithm::Auto &&
                              algo::spec(call.kind).autoChoice == algo::AutoChoice::Allreduce);
   if (mayReadHosts && !exec.hostsRead) planCall(what);
-  const CommStats before = boot.transport->stats();
+  boot.transport->countersByPeer(exec.trafficBefore);
   try {
     if (call.algorithm == Algorithm::Auto &&
         algo::spec(call.kind).autoChoice == algo::AutoChoice::Allreduce)
@@ -330,7 +331,7 @@ void Communicator::Impl::execute(PreparedCall& call, CallStats* stats) {
     failCall(e, call, what);
   }
   completeCall(call.seq);
-  countTraffic(before, stats);
+  countTraffic(stats);
   stats->seconds = std::chrono::duration<double>(Deadline::Clock::now() - start).count();
 }
 
@@ -500,12 +501,31 @@ const std::vector<int>& Communicator::Impl::watchedPeers() {
   return exec.watchPeers;
 }
 
-void Communicator::Impl::countTraffic(const CommStats& before, CallStats* stats) const {
-  const CommStats after = boot.transport->stats();
-  for (const auto& [peer, cnt] : after.perPeer) {
-    auto it = before.perPeer.find(peer);
-    stats->traffic.perPeer[peer] = it == before.perPeer.end() ? cnt : cnt - it->second;
+void Communicator::Impl::countTraffic(CallStats* stats) {
+  boot.transport->countersByPeer(exec.trafficAfter);
+  const auto& before = exec.trafficBefore;
+  auto& out = stats->traffic.perPeer;
+  auto& spare = exec.spareTraffic;
+  size_t b = 0;  // both snapshots are in peer order
+  for (const auto& [peer, cnt] : exec.trafficAfter) {
+    while (b < before.size() && before[b].first < peer) ++b;
+    const PeerCounters delta =
+        b < before.size() && before[b].first == peer ? cnt - before[b].second : cnt;
+    if (spare.empty() || out.count(peer) != 0) {
+      out[peer] = delta;
+      continue;
+    }
+    auto node = std::move(spare.back());
+    spare.pop_back();
+    node.key() = peer;
+    node.mapped() = delta;
+    out.insert(std::move(node));
   }
+}
+
+void Communicator::Impl::recycleTraffic(CallStats& stats) {
+  auto& m = stats.traffic.perPeer;
+  while (!m.empty()) exec.spareTraffic.push_back(m.extract(m.begin()));
 }
 
 }  // namespace tccl

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <set>
 #include <thread>
 
 #include "base/log.hpp"
@@ -40,7 +39,36 @@ struct ChanState {
   // A count message (Op::countMsg) being sent or received, little endian.
   uint8_t countTx[algo::kCountMsgBytes] = {};
   uint8_t countRx[algo::kCountMsgBytes] = {};
+  bool reduces = false;  // a receive of the schedule reduces from this peer (staging)
 };
+
+// What a Run builds for its call, kept between calls (per thread: a run never starts
+// inside another on one thread) so that a loop of small collectives allocates nothing
+// here once warm: every vector keeps its capacity, its contents are reset.
+struct RunScratch {
+  std::vector<uint8_t> done;
+  std::vector<ChanState> chans;
+  std::vector<ChanState> watched;
+  std::vector<int32_t> copies;
+  std::vector<int32_t> chanOf;  // peer rank -> index in chans, -1: not in the schedule
+  std::vector<LinkWait> waits;  // waitForLinks'
+  std::vector<ChanState*> waitOwners;
+};
+
+// n channels in their initial state, each keeping its op lists' capacity.
+void resetChans(std::vector<ChanState>& chans, size_t n) {
+  if (chans.size() > n) chans.resize(n);
+  for (ChanState& cs : chans) {
+    std::vector<int32_t> sends = std::move(cs.sends);
+    std::vector<int32_t> recvs = std::move(cs.recvs);
+    sends.clear();
+    recvs.clear();
+    cs = ChanState{};
+    cs.sends = std::move(sends);
+    cs.recvs = std::move(recvs);
+  }
+  while (chans.size() < n) chans.emplace_back();
+}
 
 void putCount(uint8_t* out, uint64_t v) {
   for (size_t i = 0; i < algo::kCountMsgBytes; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -56,9 +84,20 @@ std::atomic<bool> faultFired{false};
 
 class Run {
  public:
-  Run(const algo::Schedule& s, const ExecContext& c) : sched_(s), ctx_(c) {
+  Run(const algo::Schedule& s, const ExecContext& c, RunScratch& scratch)
+      : sched_(s),
+        ctx_(c),
+        done_(scratch.done),
+        chans_(scratch.chans),
+        watched_(scratch.watched),
+        copies_(scratch.copies),
+        chanOf_(scratch.chanOf),
+        waits_(scratch.waits),
+        waitOwners_(scratch.waitOwners) {
     elem_ = dataTypeSize(c.dtype);
     done_.assign(s.ops.size(), 0);
+    copies_.clear();
+    watched_.clear();
     remaining_ = s.ops.size();
     // Elapsed times count from where the call's deadline counts (its issue), not from
     // here: a timeout must never read "waited 297 ms of 300 ms allowed".
@@ -70,21 +109,14 @@ class Run {
 
   void execute(LinkProvider& links, std::map<int, std::vector<uint8_t>>& staging) {
     const size_t stagingBytes = sched_.maxRecvElems() * elem_;
-    std::map<int, size_t> index;
-    std::set<int> reducesFrom;  // peers whose payload lands in staging
-    for (const Op& op : sched_.ops) {
-      if (op.type == OpType::Recv && op.action == RecvAction::Reduce) reducesFrom.insert(op.peer);
-    }
-    chans_.reserve(sched_.peers.size());
-    for (int peer : sched_.peers) {
-      index[peer] = chans_.size();
-      ChanState& cs = chans_.emplace_back();
-      cs.link = &links.link(peer);
-      if (reducesFrom.count(peer)) {
-        std::vector<uint8_t>& buf = staging[peer];
-        if (buf.size() < stagingBytes) buf.resize(stagingBytes);
-        cs.staging = buf.data();
-      }
+    resetChans(chans_, sched_.peers.size());
+    int maxPeer = -1;
+    for (int peer : sched_.peers) maxPeer = std::max(maxPeer, peer);
+    chanOf_.assign(static_cast<size_t>(maxPeer + 1), -1);
+    for (size_t c = 0; c < sched_.peers.size(); ++c) {
+      const int peer = sched_.peers[c];
+      chanOf_[static_cast<size_t>(peer)] = static_cast<int32_t>(c);
+      chans_[c].link = &links.link(peer);
     }
     for (size_t i = 0; i < sched_.ops.size(); ++i) {
       const Op& op = sched_.ops[i];
@@ -92,12 +124,20 @@ class Run {
         copies_.push_back(static_cast<int32_t>(i));
         continue;
       }
-      ChanState& cs = chans_[index[op.peer]];
+      ChanState& cs = chans_[static_cast<size_t>(chanOf_[static_cast<size_t>(op.peer)])];
       (op.type == OpType::Send ? cs.sends : cs.recvs).push_back(static_cast<int32_t>(i));
+      if (op.type == OpType::Recv && op.action == RecvAction::Reduce) cs.reduces = true;
     }
-    watched_.reserve(ctx_.watchPeers.size());
+    for (size_t c = 0; c < sched_.peers.size(); ++c) {
+      ChanState& cs = chans_[c];
+      if (!cs.reduces) continue;  // no payload of this peer lands in staging
+      std::vector<uint8_t>& buf = staging[sched_.peers[c]];
+      if (buf.size() < stagingBytes) buf.resize(stagingBytes);
+      cs.staging = buf.data();
+    }
     for (int peer : ctx_.watchPeers) {
-      if (index.count(peer)) continue;
+      const size_t p = static_cast<size_t>(peer);
+      if (p < chanOf_.size() && chanOf_[p] >= 0) continue;
       watched_.emplace_back().link = &links.link(peer);
     }
     if (ctx_.fault) armFault();
@@ -317,10 +357,10 @@ class Run {
   }
 
   void waitForLinks() {
-    std::vector<LinkWait> waits;
-    std::vector<ChanState*> owner;  // per waits entry
-    waits.reserve(chans_.size() + watched_.size());
-    owner.reserve(chans_.size() + watched_.size());
+    std::vector<LinkWait>& waits = waits_;
+    std::vector<ChanState*>& owner = waitOwners_;  // per waits entry
+    waits.clear();
+    owner.clear();
     for (ChanState& cs : chans_) {
       // A link with nothing more expected from it is watched for trouble.
       waits.push_back({cs.link, cs.recvBlocked || watchable(cs), cs.sendBlocked, 0});
@@ -531,11 +571,14 @@ class Run {
   const algo::Schedule& sched_;
   const ExecContext& ctx_;
   size_t elem_ = 0;
-  std::vector<uint8_t> done_;
+  std::vector<uint8_t>& done_;
   size_t remaining_ = 0;
-  std::vector<ChanState> chans_;
-  std::vector<ChanState> watched_;  // connected peers outside the schedule
-  std::vector<int32_t> copies_;     // local copies not yet run, in schedule order
+  std::vector<ChanState>& chans_;
+  std::vector<ChanState>& watched_;  // connected peers outside the schedule
+  std::vector<int32_t>& copies_;     // local copies not yet run, in schedule order
+  std::vector<int32_t>& chanOf_;     // peer rank -> index in chans_ (-1: none)
+  std::vector<LinkWait>& waits_;     // waitForLinks' (contents per wait)
+  std::vector<ChanState*>& waitOwners_;
   Deadline::Clock::time_point start_;
   int64_t faultStep_ = -1;  // the global step at which TCCL_FAULT fires
   int abortCulprit_ = -1;
@@ -602,7 +645,8 @@ std::optional<FaultSpec> FaultSpec::parse(const std::string& text, std::string* 
 
 void Executor::run(const algo::Schedule& schedule, const ExecContext& ctx, LinkProvider& links) {
   if (schedule.ops.empty()) return;
-  Run run(schedule, ctx);
+  thread_local RunScratch scratch;
+  Run run(schedule, ctx, scratch);
   run.execute(links, staging_);
 }
 

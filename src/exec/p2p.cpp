@@ -413,8 +413,12 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
     driving_ = true;
     auto lastProgress = Deadline::Clock::now();
     const auto spin = std::chrono::microseconds(cfg_.spinMicros);
+    // Kept across the rounds (cleared, not freed): a round allocates nothing.
+    std::vector<P2PHandle> completed;
+    std::vector<LinkWait> waits;
+    std::vector<int> waitPeers;
+    std::vector<int> wakeFds;
     for (;;) {
-      std::vector<P2PHandle> completed;
       bool progress = pumpAll(completed);
       if (anyExpired()) {
         // What is known of the peers' health goes into the errors; asking may take a
@@ -443,8 +447,8 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         lastProgress = Deadline::Clock::now();
         continue;
       }
-      std::vector<LinkWait> waits;
-      std::vector<int> waitPeers;
+      waits.clear();
+      waitPeers.clear();
       for (auto& [peer, ls] : links_) {
         if (ls.closed) continue;
         LinkWait w;
@@ -462,7 +466,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         const Deadline soon = Deadline::after(std::chrono::milliseconds(2));
         if (soon.at() < until2.at()) until2 = soon;
       }
-      const std::vector<int> wakeFds{wakeFd_, serviceFd};
+      wakeFds.assign({wakeFd_, serviceFd});
       lk.unlock();
       bool woken = false;
       if (Deadline::Clock::now() - lastProgress < spin) {
@@ -472,9 +476,7 @@ bool P2PEngine::drive(const std::function<bool()>& until, bool yieldToCallers) {
         // when spinning on readv). Give the core away between polls: with more ranks than
         // cores the peer we wait for may need this very core (exec/spin.hpp: not while it
         // loses the core to other work for long).
-        const Deadline now = Deadline::after(std::chrono::milliseconds(0));
-        while (!waitLinks(waits, wakeFds, now, &woken) &&
-               Deadline::Clock::now() - lastProgress < spin) {
+        while (!pollLinks(waits, wakeFds, &woken) && Deadline::Clock::now() - lastProgress < spin) {
           spinYield(cfg_.adaptiveYield);
         }
       } else {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <span>
 
 #include "net/socket.hpp"
 #include "tccl/error.hpp"
@@ -200,46 +201,47 @@ void RxFrame::reset() {
 
 bool LinkWait::stirred() const { return (revents & (POLLIN | POLLHUP | POLLERR)) != 0; }
 
-bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken) {
-  return waitLinks(links, std::vector<int>{wakeFd}, deadline, woken);
-}
+namespace {
 
-bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
-               bool* woken) {
-  std::vector<pollfd> fds;
-  fds.reserve(links.size() + wakeFds.size());
+// One poll(2) over the links and the wake descriptors (those < 0 are ignored), with a
+// timeout in ms (-1: none): the number of descriptors with events. The descriptor arrays
+// are the calling thread's own and keep their capacity, so a spin's rounds and a loop of
+// small calls' waits allocate nothing.
+int pollOnce(std::vector<LinkWait>& links, std::span<const int> wakeFds, int timeoutMs,
+             bool* woken) {
   // Links that wait for writing on a descriptor of their own (striped links): their
   // entries go after the wake descriptors.
   struct Writer {
     size_t link;  // index in links
-    int fd;
-    size_t at = 0;  // index in fds
+    size_t at;    // index in fds
   };
-  std::vector<Writer> writers;
-  for (size_t i = 0; i < links.size(); ++i) {
-    LinkWait& w = links[i];
+  thread_local std::vector<pollfd> fds;
+  thread_local std::vector<Writer> writers;
+  fds.clear();
+  writers.clear();
+  for (LinkWait& w : links) {
     w.revents = 0;
-    const int wfd = w.write ? w.link->writePollFd() : -1;
-    if (wfd >= 0) writers.push_back({i, wfd});
     fds.push_back({w.link->pollFd(), w.link->pollEvents(w.read, w.write), 0});
   }
   for (int fd : wakeFds) {
     if (fd >= 0) fds.push_back({fd, POLLIN, 0});
   }
   const size_t wakeEnd = fds.size();
-  for (Writer& wr : writers) {
-    wr.at = fds.size();
-    fds.push_back({wr.fd, links[wr.link].link->writePollEvents(), 0});
+  for (size_t i = 0; i < links.size(); ++i) {
+    const int wfd = links[i].write ? links[i].link->writePollFd() : -1;
+    if (wfd < 0) continue;
+    writers.push_back({i, fds.size()});
+    fds.push_back({wfd, links[i].link->writePollEvents(), 0});
   }
   if (woken) *woken = false;
   int n = 0;
   for (;;) {
-    n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
+    n = ::poll(fds.data(), fds.size(), timeoutMs);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throwError(ErrorKind::System, net::errnoString(errno));
     break;
   }
-  if (n == 0) return !deadline.expired();
+  if (n == 0) return 0;
   for (size_t i = 0; i < links.size(); ++i) links[i].revents = fds[i].revents;
   for (const Writer& wr : writers) links[wr.link].revents |= fds[wr.at].revents;
   for (size_t i = 0; i < links.size(); ++i) {
@@ -248,7 +250,28 @@ bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, De
   if (woken) {
     for (size_t i = links.size(); i < wakeEnd; ++i) *woken |= fds[i].revents != 0;
   }
-  return true;
+  return n;
+}
+
+bool waitFor(std::vector<LinkWait>& links, std::span<const int> wakeFds, Deadline deadline,
+             bool* woken) {
+  if (pollOnce(links, wakeFds, deadline.pollTimeoutMs(), woken) > 0) return true;
+  return !deadline.expired();
+}
+
+}  // namespace
+
+bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool* woken) {
+  return waitFor(links, std::span<const int>(&wakeFd, 1), deadline, woken);
+}
+
+bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
+               bool* woken) {
+  return waitFor(links, wakeFds, deadline, woken);
+}
+
+bool pollLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, bool* woken) {
+  return pollOnce(links, wakeFds, 0, woken) > 0;
 }
 
 }  // namespace tccl

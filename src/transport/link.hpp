@@ -246,6 +246,11 @@ bool waitLinks(std::vector<LinkWait>& links, int wakeFd, Deadline deadline, bool
 // The same with several wake descriptors (those < 0 are ignored); *woken: any fired.
 bool waitLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds, Deadline deadline,
                bool* woken = nullptr);
+// One look without waiting (a zero-timeout poll, no clock read), as a spin's round takes
+// it: whether anything was ready. Fills revents, calls afterWake() and sets *woken as
+// waitLinks does.
+bool pollLinks(std::vector<LinkWait>& links, const std::vector<int>& wakeFds,
+               bool* woken = nullptr);
 
 // Where the executor gets its links: the transport (TCP, the collectives' lane) or, in
 // unit tests, a set of in-memory links.

@@ -132,10 +132,21 @@ std::string Transport::publishedAddress(int peer, Store* via) const {
 }
 
 CommStats Transport::stats() const {
+  std::vector<std::pair<int, PeerCounters>> byPeer;
+  countersByPeer(byPeer);
   CommStats s;
-  std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& [key, l] : links_) s.perPeer[key.first] += l->counters().snapshot();
+  for (const auto& [peer, c] : byPeer) s.perPeer.emplace_hint(s.perPeer.end(), peer, c);
   return s;
+}
+
+void Transport::countersByPeer(std::vector<std::pair<int, PeerCounters>>& out) const {
+  out.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  // links_ is ordered by (peer, lane): a peer's lanes are neighbours.
+  for (const auto& [key, l] : links_) {
+    if (out.empty() || out.back().first != key.first) out.emplace_back(key.first, PeerCounters{});
+    out.back().second += l->counters().snapshot();
+  }
 }
 
 void Transport::resetStats() {

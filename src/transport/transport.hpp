@@ -129,6 +129,9 @@ class Transport : public LinkProvider {
 
   // Per peer, the sum over its links of both lanes (handshakes included).
   CommStats stats() const;
+  // The same into `out` (cleared; its capacity kept), in peer order: what a call's
+  // before-and-after snapshot takes without building a map.
+  void countersByPeer(std::vector<std::pair<int, PeerCounters>>& out) const;
   void resetStats();
   // Ends every link of `lane` (peers then see end-of-file after the data already sent)
   // and drops that lane's connections still in their handshake.

@@ -112,6 +112,75 @@ TEST(Communicator, LastCallReportsAlgorithmSequenceAndBytes) {
   });
 }
 
+// A call's per-peer counters are the transport's counters after it less before it, for
+// every connected peer (0 for one the call did not use), and a blocking call reuses the
+// map nodes of the call before it (Exec::spareTraffic): the counts must stay exact call
+// after call, whichever peers each call used, with point-to-point calls in between. The
+// expected bytes come from each algorithm's definition, not from its schedule: naive
+// sends all V to every peer, rd at world 4 sends V to rank ^ 1 and to rank ^ 2, the ring
+// sends 2(N-1)/N x V to the next rank only.
+TEST(Communicator, PerPeerTrafficStaysExactCallAfterCall) {
+  auto store = std::make_shared<HashStore>();
+  runRanks(4, store, [](Communicator& comm) {
+    const int r = comm.rank();
+    const uint64_t count = 1200;  // divisible by 4: the ring's pieces are equal
+    const uint64_t v = count * sizeof(float);
+    std::vector<float> in(count), out(count);
+    for (uint64_t k = 0; k < count; ++k)
+      in[k] = static_cast<float>(r * 10 + static_cast<int>(k % 7));
+    auto expectPayload = [&](const char* what, const std::vector<uint64_t>& sentTo) {
+      const CallStats& cs = comm.lastCall();
+      for (int p = 0; p < 4; ++p) {
+        if (p == r) continue;
+        const uint64_t want = sentTo[static_cast<size_t>(p)];
+        auto it = cs.traffic.perPeer.find(p);
+        const uint64_t got = it == cs.traffic.perPeer.end() ? 0 : it->second.payloadSent;
+        EXPECT_EQ(got, want) << what << ": rank " << r << " to " << p;
+      }
+      EXPECT_EQ(cs.traffic.perPeer.count(r), 0u) << what;
+    };
+    auto check = [&](Algorithm a) {
+      comm.allreduce(in.data(), out.data(), count, DataType::Float32, ReduceOp::Sum,
+                     {a, std::nullopt});
+      for (uint64_t k = 0; k < count; ++k)
+        ASSERT_EQ(out[k], static_cast<float>(60 + 4 * static_cast<int>(k % 7))) << k;
+    };
+    std::vector<uint64_t> ring(4, 0), naive(4, v), rd(4, 0);
+    ring[static_cast<size_t>((r + 1) % 4)] = 2 * 3 * v / 4;
+    rd[static_cast<size_t>(r ^ 1)] = v;
+    rd[static_cast<size_t>(r ^ 2)] = v;
+    check(Algorithm::Ring);  // the first call: no spare nodes yet
+    expectPayload("ring", ring);
+    // Its two neighbours at least (a peer already in the next call may have connected).
+    EXPECT_EQ(comm.lastCall().traffic.perPeer.count((r + 1) % 4), 1u);
+    EXPECT_EQ(comm.lastCall().traffic.perPeer.count((r + 3) % 4), 1u);
+    check(Algorithm::Naive);
+    expectPayload("naive", naive);
+    EXPECT_EQ(comm.lastCall().traffic.perPeer.size(), 3u);
+    check(Algorithm::Ring);  // every peer is connected now: 0 to the two it did not use
+    expectPayload("ring again", ring);
+    EXPECT_EQ(comm.lastCall().traffic.perPeer.size(), 3u);
+    // A point-to-point call between: lastCall() is its statistics, then the next
+    // collective's again.
+    const int partner = r ^ 1;
+    int64_t token = r, got = -1;
+    if (r % 2 == 0) {
+      comm.send(&token, 1, DataType::Int64, partner, 7);
+      comm.recv(&got, 1, DataType::Int64, partner, 7);
+    } else {
+      comm.recv(&got, 1, DataType::Int64, partner, 7);
+      comm.send(&token, 1, DataType::Int64, partner, 7);
+    }
+    EXPECT_EQ(got, partner);
+    for (int rep = 0; rep < 3; ++rep) {
+      check(Algorithm::RecursiveDoubling);
+      expectPayload("rd", rd);
+      check(Algorithm::Naive);
+      expectPayload("naive again", naive);
+    }
+  });
+}
+
 // The all-reduce's segment when none is set comes from the cost model
 // (algo::allreduceSegmentBytes; select_test checks the rule): with the model pinned
 // (alpha 20 us, 2 GB/s, 20 GB/s, 2 cores) a 1 MiB ring at world 2 moves two 512 KiB
