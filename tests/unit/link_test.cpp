@@ -544,6 +544,38 @@ TEST(WaitLinks, DeadlineAndWakeDescriptor) {
   EXPECT_FALSE(w[0].stirred());
 }
 
+// pollLinks looks once and returns at once: nothing ready is false with every revents
+// cleared (a stale one from the last look included), data on one link is true with only
+// that link stirred, and a wake descriptor sets *woken. A wake descriptor < 0 is ignored.
+TEST(WaitLinks, PollLinksLooksOnceWithoutWaiting) {
+  MemLinkPair p = makeMemLinkPair(0, 1, Lane::Collective, 64, 0);
+  MemLinkPair q = makeMemLinkPair(0, 2, Lane::Collective, 64, 0);
+  std::vector<LinkWait> w = {{p.a.get(), true, false, POLLIN}, {q.a.get(), true, false, 0}};
+  bool woken = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(pollLinks(w, {-1}, &woken));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_FALSE(woken);
+  EXPECT_EQ(w[0].revents, 0);
+  EXPECT_EQ(w[1].revents, 0);
+
+  uint8_t byte = 7;
+  iovec out = {&byte, 1};
+  ASSERT_EQ(q.b->writev(&out, 1).bytes, 1u);
+  EXPECT_TRUE(pollLinks(w, {-1}, &woken));
+  EXPECT_FALSE(woken);
+  EXPECT_FALSE(w[0].stirred());
+  EXPECT_TRUE(w[1].stirred());
+
+  net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  const uint64_t one = 1;
+  ASSERT_EQ(::write(wake.get(), &one, sizeof one), 8);
+  std::vector<LinkWait> none = {{p.a.get(), true, false, 0}};
+  EXPECT_TRUE(pollLinks(none, {-1, wake.get()}, &woken));
+  EXPECT_TRUE(woken);
+  EXPECT_FALSE(none[0].stirred());
+}
+
 // ---- the TCP link -----------------------------------------------------------------------
 
 struct TcpPair {
