@@ -8,6 +8,7 @@ configuration: the per-step losses and the final parameters of both runs, as JSO
 """
 
 import copy
+import gc
 import json
 import sys
 
@@ -107,6 +108,11 @@ def main():
         out[config] = {"tccl": {"losses": t_losses, "params": t_params},
                        "gloo": {"losses": g_losses, "params": g_params},
                        "initial": [p.detach().reshape(-1).tolist() for p in base.parameters()]}
+        # The DDP objects of these runs hold their groups and are in reference cycles:
+        # collected here, on the main thread, not by a collection that a future's callback
+        # happens to start on a backend's worker thread (a group destroyed on its own
+        # worker thread would join that thread from itself).
+        gc.collect()
     print(json.dumps(out), flush=True)
     dist.barrier()
     dist.destroy_process_group()
