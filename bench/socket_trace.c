@@ -66,66 +66,35 @@ __attribute__((destructor)) static void dump(void) {
   fclose(f);
 }
 
-#define REAL(fn)               \
-  static __typeof__(fn)* real; \
-  if (!real) real = (__typeof__(fn)*)dlsym(RTLD_NEXT, #fn)
+// One wrapper: the real call, marked `start` before it and `start` + 1 after it (for a
+// read, only when it returned data).
+#define WRAP(name, params, args, start, onlyWithData)             \
+  ssize_t name params {                                           \
+    static __typeof__(name)* real;                                \
+    if (!real) real = (__typeof__(name)*)dlsym(RTLD_NEXT, #name); \
+    const int s = isSocket(fd);                                   \
+    if (s) mark(start);                                           \
+    ssize_t r = real args;                                        \
+    if (s && (!(onlyWithData) || r > 0)) mark((start) + 1);       \
+    return r;                                                     \
+  }
 
-#define SEND(fd, call)        \
-  const int s = isSocket(fd); \
-  if (s) mark(0);             \
-  ssize_t r = call;           \
-  if (s) mark(1);             \
-  return r
+WRAP(sendmsg, (int fd, const struct msghdr* m, int flags), (fd, m, flags), 0, 0)
+WRAP(send, (int fd, const void* b, size_t n, int flags), (fd, b, n, flags), 0, 0)
+WRAP(sendto, (int fd, const void* b, size_t n, int flags, const struct sockaddr* a, socklen_t l),
+     (fd, b, n, flags, a, l), 0, 0)
+WRAP(writev, (int fd, const struct iovec* v, int n), (fd, v, n), 0, 0)
+WRAP(write, (int fd, const void* b, size_t n), (fd, b, n), 0, 0)
+WRAP(readv, (int fd, const struct iovec* v, int n), (fd, v, n), 3, 1)
+WRAP(recvmsg, (int fd, struct msghdr* m, int flags), (fd, m, flags), 3, 1)
+WRAP(recv, (int fd, void* b, size_t n, int flags), (fd, b, n, flags), 3, 1)
+WRAP(recvfrom, (int fd, void* b, size_t n, int flags, struct sockaddr* a, socklen_t* l),
+     (fd, b, n, flags, a, l), 3, 1)
+WRAP(read, (int fd, void* b, size_t n), (fd, b, n), 3, 1)
 
-#define READ(fd, call)        \
-  const int s = isSocket(fd); \
-  if (s) mark(3);             \
-  ssize_t r = call;           \
-  if (s && r > 0) mark(4);    \
-  return r
-
-ssize_t sendmsg(int fd, const struct msghdr* m, int flags) {
-  REAL(sendmsg);
-  SEND(fd, real(fd, m, flags));
-}
-ssize_t send(int fd, const void* b, size_t n, int flags) {
-  REAL(send);
-  SEND(fd, real(fd, b, n, flags));
-}
-ssize_t sendto(int fd, const void* b, size_t n, int flags, const struct sockaddr* a, socklen_t l) {
-  REAL(sendto);
-  SEND(fd, real(fd, b, n, flags, a, l));
-}
-ssize_t writev(int fd, const struct iovec* v, int n) {
-  REAL(writev);
-  SEND(fd, real(fd, v, n));
-}
-ssize_t write(int fd, const void* b, size_t n) {
-  REAL(write);
-  SEND(fd, real(fd, b, n));
-}
-ssize_t readv(int fd, const struct iovec* v, int n) {
-  REAL(readv);
-  READ(fd, real(fd, v, n));
-}
-ssize_t recvmsg(int fd, struct msghdr* m, int flags) {
-  REAL(recvmsg);
-  READ(fd, real(fd, m, flags));
-}
-ssize_t recv(int fd, void* b, size_t n, int flags) {
-  REAL(recv);
-  READ(fd, real(fd, b, n, flags));
-}
-ssize_t recvfrom(int fd, void* b, size_t n, int flags, struct sockaddr* a, socklen_t* l) {
-  REAL(recvfrom);
-  READ(fd, real(fd, b, n, flags, a, l));
-}
-ssize_t read(int fd, void* b, size_t n) {
-  REAL(read);
-  READ(fd, real(fd, b, n));
-}
 int close(int fd) {
-  REAL(close);
+  static __typeof__(close)* real;
+  if (!real) real = (__typeof__(close)*)dlsym(RTLD_NEXT, "close");
   if (fd >= 0 && fd < kFds) fdKind[fd] = 0;
   return real(fd);
 }
