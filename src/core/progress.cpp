@@ -511,15 +511,16 @@ void Communicator::Impl::countTraffic(CallStats* stats) {
     while (b < before.size() && before[b].first < peer) ++b;
     const PeerCounters delta =
         b < before.size() && before[b].first == peer ? cnt - before[b].second : cnt;
-    if (spare.empty() || out.count(peer) != 0) {
-      out[peer] = delta;
+    // A fresh CallStats, filled in peer order: each peer goes in once, at the end.
+    if (spare.empty()) {
+      out.emplace_hint(out.end(), peer, delta);
       continue;
     }
     auto node = std::move(spare.back());
     spare.pop_back();
     node.key() = peer;
     node.mapped() = delta;
-    out.insert(std::move(node));
+    out.insert(out.end(), std::move(node));
   }
 }
 
