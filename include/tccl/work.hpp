@@ -50,8 +50,10 @@ class Work {
   // timeout, throws TimeoutError if it has not completed by then; the collective
   // itself goes on (wait again, or let the communicator's own deadline end it).
   void wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
-  // Runs fn once when the collective completes (on the progress thread), or right
-  // away on this thread if it already has. error is null on success.
+  // Runs fn once when the collective completes (on the progress thread, or on the thread
+  // of a wait() that ran the call itself), or right away on this thread if it already has.
+  // error is null on success. fn must not destroy the Communicator that issued the work:
+  // its destructor joins the progress thread and waits for a waiter running a call.
   void onComplete(Callback fn);
 
   // Valid once completed.

@@ -272,60 +272,79 @@ std::exception_ptr torchFacing(std::exception_ptr e) {
 // callbacks block at once). A thread idle for a second ends, as tccl's progress thread
 // does, so an idle group holds no thread (docs/python.md, "new_group"). One idle thread:
 // issue order.
+//
+// A callback may drop the last reference to the group (and a completion the last to its
+// work, which holds this too): the Completer is then destroyed on one of its own threads.
+// Its threads share the state (Core) and outlive the object; the destructor waits for
+// every thread but the one it runs on, which ends once it has run what is queued
+// (tests/python/test_torch_backend.py, test_group_dropped_in_its_own_callback).
 class Completer {
  public:
-  Completer() = default;
+  Completer() : core_(std::make_shared<Core>()) {}
   Completer(const Completer&) = delete;
   Completer& operator=(const Completer&) = delete;
-  ~Completer() {  // runs what is queued, then waits for every thread to end
-    std::unique_lock<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
-    ended_.wait(lk, [&] { return live_ == 0; });
+  ~Completer() {  // runs what is queued, then waits for every other thread to end
+    Core& c = *core_;
+    std::unique_lock<std::mutex> lk(c.mu);
+    c.stop = true;
+    c.cv.notify_all();
+    const size_t self = tRunning == &c ? 1 : 0;
+    c.ended.wait(lk, [&] { return c.live == self; });
   }
   void post(std::function<void()> fn) {
-    std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(std::move(fn));
-    if (queue_.size() > idle_) {
-      ++live_;
-      std::thread([this] { run(); }).detach();  // the destructor waits for it (live_)
+    Core& c = *core_;
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.queue.push_back(std::move(fn));
+    if (c.queue.size() > c.idle) {
+      ++c.live;
+      std::thread([core = core_] { run(core); }).detach();  // the destructor waits (live)
     } else {
-      cv_.notify_one();
+      c.cv.notify_one();
     }
   }
 
  private:
   static constexpr std::chrono::seconds kLinger{1};
-  void run() {
-    std::unique_lock<std::mutex> lk(mu_);
+  struct Core {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::condition_variable ended;
+    std::deque<std::function<void()>> queue;
+    size_t idle = 0;
+    size_t live = 0;
+    bool stop = false;
+  };
+  static thread_local const Core* tRunning;  // the Core whose thread this is, if any
+
+  static void run(const std::shared_ptr<Core>& core) {
+    tRunning = core.get();
+    Core& c = *core;
+    std::unique_lock<std::mutex> lk(c.mu);
     for (;;) {
-      ++idle_;
-      const bool woken = cv_.wait_for(lk, kLinger, [&] { return stop_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty()) {
-        if (stop_ || !woken) {
-          // The last touch of this object: under mu_, which the destructor then takes.
-          --live_;
-          ended_.notify_all();
+      ++c.idle;
+      const bool woken = c.cv.wait_for(lk, kLinger, [&] { return c.stop || !c.queue.empty(); });
+      --c.idle;
+      if (c.queue.empty()) {
+        if (c.stop || !woken) {
+          --c.live;
+          c.ended.notify_all();
           return;
         }
         continue;
       }
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
+      auto fn = std::move(c.queue.front());
+      c.queue.pop_front();
       lk.unlock();
       fn();
+      // What it holds goes before the lock is taken again: it may hold the last reference
+      // to the Completer, whose destructor takes the lock.
+      fn = nullptr;
       lk.lock();
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable ended_;
-  std::deque<std::function<void()>> queue_;
-  size_t idle_ = 0;
-  size_t live_ = 0;
-  bool stop_ = false;
+  std::shared_ptr<Core> core_;
 };
+thread_local const Completer::Core* Completer::tRunning = nullptr;
 
 // The tccl Work this thread waits on in TcclWork::wait, and the future's completion its
 // callback left for that wait to run: when the waiter runs the call itself (tccl's

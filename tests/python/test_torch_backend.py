@@ -1,6 +1,7 @@
 """torch.distributed.init_process_group("tccl"): every operation, DDP vs Gloo (with the
 standard comm hooks and gradient_as_bucket_view), BAND/BOR/BXOR and sparse all-reduce,
-and TCCL_SOCKET_IFNAME with MASTER_ADDR set (in a network namespace).
+a group dropped in its own future's callback, and TCCL_SOCKET_IFNAME with MASTER_ADDR set (in
+a network namespace).
 
 Skipped when torch or the backend module is not built (docs/python.md)."""
 
@@ -48,6 +49,20 @@ def test_bitwise_ops_and_sparse_all_reduce(world):
     for r in results:
         last = r.stdout.strip().splitlines()[-1]
         assert last.startswith("OK ") and int(last.split()[1]) >= 65, repr(r)
+
+
+# A group whose last reference goes in its own future's callback is destroyed on its own
+# completion thread: that thread must not wait on itself, and every thread the group started
+# must end (before the fix, each such thread hung in the Completer's destructor for good).
+def test_group_dropped_in_its_own_callback():
+    results = check_all_ok(run_ranks("torch_teardown_worker.py", 2, torch_store=True,
+                                     timeout=90))
+    for r in results:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["values_ok"], repr(r)
+        assert out["off_main"] == 3, repr(r)  # three groups dropped on a completion thread
+        assert out["attached"] == 0, repr(r)  # and their communicators are gone
+        assert out["threads_after"] <= out["threads_before"], repr(r)
 
 
 # DDP's standard comm hooks and gradient_as_bucket_view, tccl against gloo from the same
