@@ -41,7 +41,7 @@ run() {  # name, command...: runs it traced, appends "name figure send to-read r
   local fig
   fig=$("$@")
   local split
-  split=$(/usr/bin/python3 "$ROOT/bench/socket_trace.py" "$TMP"/st.* 2>/dev/null |
+  split=$(/usr/bin/python3 "$ROOT/bench/socket_trace.py" --last 9000 "$TMP"/st.* 2>/dev/null |
           /usr/bin/python3 -c '
 import re, statistics, sys
 rows = [dict((k, float(v)) for k, v in re.findall(r"([a-z-]+) ([0-9.]+)", l)) for l in sys.stdin]

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Splits a small message's time from two processes' socket traces (bench/socket_trace.c).
 
-    /usr/bin/python3 bench/socket_trace.py TRACE_FILE...
+    /usr/bin/python3 bench/socket_trace.py [--last N] TRACE_FILE...
 
 Of the files given, the two with the most sends are taken as the two ranks (a launcher's
 or store's trace, with a few sends, is left out; said on stderr). For each direction P -> Q,
-over the messages after the first tenth (warm-up), medians in us of:
+over the messages after the first tenth (warm-up), or over the last N messages with --last
+(the timed loop only: a program's own set-up traffic before it, such as `tccl bench`'s
+300 ms of settling calls, has another pattern), medians in us of:
 
   send        P's send call, start to return (the sender's system call: on loopback it
               also runs the receiver's TCP stack);
@@ -38,7 +40,7 @@ def median_us(xs):
     return statistics.median(xs) / 1000 if xs else float("nan")
 
 
-def direction(p, q):
+def direction(p, q, last=0):
     s0, s1 = p[0], p[1]
     q3, q4, q0 = q[3], q[4], q[0]
     send, trip, read, turn = [], [], [], []
@@ -57,13 +59,18 @@ def direction(p, q):
         if m >= 0:
             read.append(got - q3[m])
         turn.append(q0[n] - got)
-    cut = lambda xs: xs[len(xs) // 10:]
+    cut = (lambda xs: xs[-last:]) if last else (lambda xs: xs[len(xs) // 10:])
     return {k: median_us(cut(v)) for k, v in
-            (("send", send), ("to-read", trip), ("read", read), ("turnaround", turn))}, len(trip)
+            (("send", send), ("to-read", trip), ("read", read), ("turnaround", turn))}, \
+        len(cut(trip))
 
 
 def main():
     files = sys.argv[1:]
+    last = 0
+    if files[:1] == ["--last"] and len(files) > 1:
+        last = int(files[1])
+        files = files[2:]
     if len(files) < 2:
         sys.exit(__doc__)
     traces = sorted(((load(f), f) for f in files), key=lambda x: len(x[0][0]), reverse=True)
@@ -71,7 +78,7 @@ def main():
         print(f"socket_trace.py: left out {f} (fewer sends)", file=sys.stderr)
     (a, fa), (b, fb) = traces[0], traces[1]
     for (p, fp), (q, fq) in (((a, fa), (b, fb)), ((b, fb), (a, fa))):
-        r, n = direction(p, q)
+        r, n = direction(p, q, last)
         print(f"{fp} -> {fq}: {n} messages; " +
               ", ".join(f"{k} {v:.3f}" for k, v in r.items()) + " (us, medians)")
 
