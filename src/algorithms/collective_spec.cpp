@@ -391,9 +391,12 @@ namespace {
 }  // namespace
 
 const CollectiveSpec& spec(Collective c) {
+  // A call looks its row up about 20 times (validation, the buffers' extents, the plan):
+  // one pointer, not the table's accessor each time.
+  static const CollectiveSpec* const kRows = collectiveTable().data();
   const auto i = static_cast<size_t>(c);
   if (i >= kCollectiveCount) unknownCollective(i);
-  return collectiveTable()[i];
+  return kRows[i];
 }
 
 std::optional<Collective> parseCollective(std::string_view s) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,8 +81,10 @@ struct ExecContext {
   int wakeFd = -1;
   const std::atomic<bool>* abortFlag = nullptr;
   // Peers connected but outside this schedule: watched for end-of-file, abort
-  // messages and messages of this very collective (a schedule disagreement).
-  std::vector<int> watchPeers;
+  // messages and messages of this very collective (a schedule disagreement). A view of
+  // the caller's list, which outlives the run (the communicator's, kept between calls:
+  // no copy per call).
+  std::span<const int> watchPeers;
   const FaultSpec* fault = nullptr;  // non-null only when it may fire in this call
 };
 

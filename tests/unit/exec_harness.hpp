@@ -161,7 +161,8 @@ inline ExecOutcome execute(const std::vector<algo::Schedule>& scheds,
     ctx.seqFull = 7;
     ctx.deadline = deadline;
     ctx.timeoutMs = o.timeout.count();
-    ctx.watchPeers = links.connectedPeers();  // as the communicator passes them
+    const std::vector<int> watch = links.connectedPeers();  // as the communicator passes them
+    ctx.watchPeers = watch;
     Executor ex;
     ex.run(s, ctx, links);
   });

@@ -735,7 +735,8 @@ TEST(ExecutorFailures, AWatchedPeerSendingThisCollectivesMessageIsAMismatch) {
     tx.start(h, nullptr);
     while (!tx.done()) ASSERT_NE(tx.pump(mesh3[2].link(0)).status, LinkStatus::Closed);
     ExecContext c0 = contextFor(0, 2, in, out, Deadline::after(later ? 300ms : 5s));
-    c0.watchPeers = {1, 2};
+    const std::vector<int> watch = {1, 2};
+    c0.watchPeers = watch;
     Executor ex;
     const Failure f = failureOf([&] { ex.run(s[0], c0, mesh3[0]); });
     if (later) {
