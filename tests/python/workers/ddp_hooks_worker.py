@@ -108,10 +108,10 @@ def main():
         out[config] = {"tccl": {"losses": t_losses, "params": t_params},
                        "gloo": {"losses": g_losses, "params": g_params},
                        "initial": [p.detach().reshape(-1).tolist() for p in base.parameters()]}
-        # The DDP objects of these runs hold their groups and are in reference cycles:
-        # collected here, on the main thread, not by a collection that a future's callback
-        # happens to start on a backend's worker thread (a group destroyed on its own
-        # worker thread would join that thread from itself).
+        # The DDP objects of these runs are in reference cycles and hold their groups:
+        # collected here, on the main thread, so that none of them is left for a later
+        # collection on some other thread. A guess at one abort of this test in CI
+        # ("Resource deadlock avoided" at teardown, 2026-12-07), not a proven cause.
         gc.collect()
     print(json.dumps(out), flush=True)
     dist.barrier()
